@@ -1,0 +1,253 @@
+"""The policy: a decoder-only transformer of the Qwen2/Llama family, in Flax linen.
+
+Owns the architecture (token embedding, RMSNorm, rotary embeddings, grouped-query
+attention with optional QKV bias, SwiGLU MLP, final norm, tied or untied LM head), the
+explicit KV cache used by the sampler, and the logical axis names every parameter carries
+(`sharding.py` maps them onto the mesh). We use linen rather than NNX because the policy is
+then a pure function of a plain parameter pytree, which is what `jax.jit` shardings, optax,
+orbax and the HF weight mapping all want.
+
+Attention is computed over the whole static key range with a mask, so one compiled shape
+serves every prompt length inside a bucket. Rotary embeddings follow the HF convention
+(rotate_half over two halves), so HF checkpoints load without permuting q/k weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Params = Any
+NEG_INF = -1e30
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  vocab_size: int
+  d_model: int
+  n_layers: int
+  n_heads: int
+  n_kv_heads: int
+  head_dim: int
+  d_ff: int
+  rope_theta: float = 10000.0
+  rms_eps: float = 1e-6
+  tie_embeddings: bool = True
+  qkv_bias: bool = False
+  max_len: int = 2048
+  dtype: str = 'float32'
+  param_dtype: str = 'float32'
+  remat: bool = False
+  init_std: float = 0.02
+
+  @classmethod
+  def from_config(cls, model_config) -> 'ModelConfig':
+    """From the `config.model` ConfigDict (extra fields such as hf_path are ignored)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in dict(model_config).items() if k in names})
+
+  def validate(self) -> None:
+    if self.n_heads % self.n_kv_heads:
+      raise ValueError(
+          f'model.n_heads={self.n_heads} is not a multiple of model.n_kv_heads='
+          f'{self.n_kv_heads}: grouped-query attention shares each KV head across an equal '
+          'number of query heads; pick n_kv_heads dividing n_heads.')
+    if self.head_dim % 2:
+      raise ValueError(f'model.head_dim={self.head_dim} must be even for rotary embeddings.')
+    for name in ('dtype', 'param_dtype'):
+      value = getattr(self, name)
+      if value not in ('float32', 'bfloat16', 'float16'):
+        raise ValueError(f'model.{name}={value!r}: use float32, bfloat16 or float16.')
+
+
+def _init(std: float, names: tuple[str | None, ...]):
+  return nn.with_logical_partitioning(nn.initializers.normal(std), names)
+
+
+class RMSNorm(nn.Module):
+  eps: float
+  dtype: Any
+  param_dtype: Any
+
+  @nn.compact
+  def __call__(self, x_BxTxD):
+    scale_D = self.param('scale', nn.with_logical_partitioning(nn.initializers.ones, ('norm',)),
+                         (x_BxTxD.shape[-1],), self.param_dtype)
+    x32 = x_BxTxD.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return (normed * scale_D.astype(jnp.float32)).astype(self.dtype)
+
+
+def rotary(x_BxTxNxH, positions_BxT, theta: float):
+  """HF-convention RoPE: rotate the two halves of each head by position-dependent angles."""
+  half = x_BxTxNxH.shape[-1] // 2
+  inv_freq = 1.0 / (theta ** (jnp.arange(half, dtype=jnp.float32) / half))
+  angles_BxTxH2 = positions_BxT[..., None].astype(jnp.float32) * inv_freq
+  cos = jnp.cos(angles_BxTxH2)[:, :, None, :]
+  sin = jnp.sin(angles_BxTxH2)[:, :, None, :]
+  x32 = x_BxTxNxH.astype(jnp.float32)
+  x1, x2 = x32[..., :half], x32[..., half:]
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x_BxTxNxH.dtype)
+
+
+class Attention(nn.Module):
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x_BxTxD, positions_BxT, mask_BxTxS, kv_cache, cache_index):
+    cfg = self.cfg
+    dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+
+    def proj(name, n_heads, head_axis):
+      return nn.DenseGeneral(
+          (n_heads, cfg.head_dim), use_bias=cfg.qkv_bias, dtype=dtype, param_dtype=pdtype,
+          kernel_init=_init(cfg.init_std, ('embed', head_axis, 'head_dim')),
+          bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (head_axis, 'head_dim')),
+          name=name)(x_BxTxD)
+
+    q_BxTxHxE = rotary(proj('q', cfg.n_heads, 'heads'), positions_BxT, cfg.rope_theta)
+    k_BxTxKxE = rotary(proj('k', cfg.n_kv_heads, 'kv_heads'), positions_BxT, cfg.rope_theta)
+    v_BxTxKxE = proj('v', cfg.n_kv_heads, 'kv_heads')
+
+    new_cache = None
+    if kv_cache is not None:
+      k_cache, v_cache = kv_cache
+      idx = (0, cache_index, 0, 0)
+      k_BxSxKxE = jax.lax.dynamic_update_slice(k_cache, k_BxTxKxE.astype(k_cache.dtype), idx)
+      v_BxSxKxE = jax.lax.dynamic_update_slice(v_cache, v_BxTxKxE.astype(v_cache.dtype), idx)
+      new_cache = (k_BxSxKxE, v_BxSxKxE)
+    else:
+      k_BxSxKxE, v_BxSxKxE = k_BxTxKxE, v_BxTxKxE
+
+    b, t = q_BxTxHxE.shape[:2]
+    groups = cfg.n_heads // cfg.n_kv_heads
+    q_BxTxKxGxE = q_BxTxHxE.reshape(b, t, cfg.n_kv_heads, groups, cfg.head_dim)
+    scores = jnp.einsum('btkge,bske->bkgts', q_BxTxKxGxE, k_BxSxKxE.astype(dtype),
+                        preferred_element_type=jnp.float32) / jnp.sqrt(cfg.head_dim)
+    scores = jnp.where(mask_BxTxS[:, None, None, :, :], scores, NEG_INF)
+    probs = jax.nn.softmax(scores, axis=-1).astype(dtype)
+    out_BxTxKxGxE = jnp.einsum('bkgts,bske->btkge', probs, v_BxSxKxE.astype(dtype))
+    out_BxTxHxE = out_BxTxKxGxE.reshape(b, t, cfg.n_heads, cfg.head_dim)
+    out_BxTxD = nn.DenseGeneral(
+        cfg.d_model, axis=(-2, -1), use_bias=False, dtype=dtype, param_dtype=pdtype,
+        kernel_init=_init(cfg.init_std, ('heads', 'head_dim', 'embed')), name='o')(out_BxTxHxE)
+    return out_BxTxD, new_cache
+
+
+class MLP(nn.Module):
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x_BxTxD):
+    cfg = self.cfg
+    dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+    dense = lambda features, names, name: nn.Dense(  # noqa: E731
+        features, use_bias=False, dtype=dtype, param_dtype=pdtype,
+        kernel_init=_init(cfg.init_std, names), name=name)
+    gate_BxTxF = dense(cfg.d_ff, ('embed', 'mlp'), 'gate')(x_BxTxD)
+    up_BxTxF = dense(cfg.d_ff, ('embed', 'mlp'), 'up')(x_BxTxD)
+    return dense(cfg.d_model, ('mlp', 'embed'), 'down')(nn.silu(gate_BxTxF) * up_BxTxF)
+
+
+class Block(nn.Module):
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x_BxTxD, positions_BxT, mask_BxTxS, kv_cache, cache_index):
+    cfg = self.cfg
+    dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+    h = RMSNorm(cfg.rms_eps, dtype, pdtype, name='attn_norm')(x_BxTxD)
+    attn_BxTxD, new_cache = Attention(cfg, name='attn')(h, positions_BxT, mask_BxTxS, kv_cache,
+                                                        cache_index)
+    x_BxTxD = x_BxTxD + attn_BxTxD
+    h = RMSNorm(cfg.rms_eps, dtype, pdtype, name='mlp_norm')(x_BxTxD)
+    return x_BxTxD + MLP(cfg, name='mlp')(h), new_cache
+
+
+class Transformer(nn.Module):
+  """Returns final hidden states [B, T, D] (pre LM head) and the updated KV cache.
+
+  `kv_mask_BxS` marks which key slots hold real tokens (False for left padding). Without a
+  cache the key slots are the T input positions; with a cache (`cache` = (k, v) stacked over
+  layers, [L, B, S, K, E]) the inputs are written at slots [cache_index, cache_index + T) and
+  each query attends to the valid slots up to its own.
+  """
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, tokens_BxT, positions_BxT, kv_mask_BxS, cache=None, cache_index=0):
+    cfg = self.cfg
+    dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+    embedding_VxD = self.param(
+        'embedding', _init(cfg.init_std, ('vocab', 'embed')), (cfg.vocab_size, cfg.d_model), pdtype)
+    x_BxTxD = jnp.take(embedding_VxD, tokens_BxT, axis=0).astype(dtype)
+
+    t = tokens_BxT.shape[1]
+    s = kv_mask_BxS.shape[1]
+    query_slot_T = cache_index + jnp.arange(t)
+    causal_TxS = jnp.arange(s)[None, :] <= query_slot_T[:, None]
+    mask_BxTxS = causal_TxS[None] & kv_mask_BxS[:, None, :]
+
+    block_cls = nn.remat(Block, static_argnums=()) if cfg.remat else Block
+    new_k, new_v = [], []
+    for i in range(cfg.n_layers):
+      layer_cache = None if cache is None else (cache[0][i], cache[1][i])
+      x_BxTxD, layer_new = block_cls(cfg, name=f'layers_{i}')(
+          x_BxTxD, positions_BxT, mask_BxTxS, layer_cache, cache_index)
+      if layer_new is not None:
+        new_k.append(layer_new[0])
+        new_v.append(layer_new[1])
+    hidden_BxTxD = RMSNorm(cfg.rms_eps, dtype, pdtype, name='final_norm')(x_BxTxD)
+    if not cfg.tie_embeddings:
+      self.param('lm_head', _init(cfg.init_std, ('embed', 'vocab')),
+                 (cfg.d_model, cfg.vocab_size), pdtype)
+    new_cache = None if cache is None else (jnp.stack(new_k), jnp.stack(new_v))
+    return hidden_BxTxD, new_cache
+
+
+def lm_head_DxV(params: Params, cfg: ModelConfig) -> jax.Array:
+  """The output projection: the transposed embedding when tied, else its own matrix."""
+  return params['embedding'].T if cfg.tie_embeddings else params['lm_head']
+
+
+def logits_from_hidden(params: Params, cfg: ModelConfig, hidden_BxTxD) -> jax.Array:
+  head_DxV = lm_head_DxV(params, cfg).astype(jnp.dtype(cfg.dtype))
+  return jnp.einsum('btd,dv->btv', hidden_BxTxD, head_DxV, preferred_element_type=jnp.float32)
+
+
+def positions_from_mask(mask_BxT) -> jax.Array:
+  """Positions count only real tokens, so a left-padded prompt starts at position 0."""
+  return jnp.maximum(jnp.cumsum(mask_BxT.astype(jnp.int32), axis=1) - 1, 0)
+
+
+def forward(model: Transformer, params: Params, tokens_BxT, mask_BxT) -> jax.Array:
+  """Full forward pass -> float32 logits [B, T, V] (no cache)."""
+  hidden, _ = model.apply({'params': params}, tokens_BxT, positions_from_mask(mask_BxT),
+                          mask_BxT.astype(bool))
+  return logits_from_hidden(params, model.cfg, hidden)
+
+
+def init_cache(cfg: ModelConfig, batch: int, size: int):
+  shape = (cfg.n_layers, batch, size, cfg.n_kv_heads, cfg.head_dim)
+  dtype = jnp.dtype(cfg.dtype)
+  return jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)
+
+
+def abstract_params(cfg: ModelConfig):
+  """Boxed (logically partitioned) parameter shapes, without allocating anything."""
+  model = Transformer(cfg)
+  tokens = jnp.zeros((1, 1), jnp.int32)
+  return jax.eval_shape(lambda: model.init(jax.random.key(0), tokens, tokens,
+                                           tokens.astype(bool))['params'])
+
+
+def init_params(cfg: ModelConfig, rng) -> Params:
+  """Unsharded init (tests); `sharding.init_sharded_params` creates params on the mesh."""
+  model = Transformer(cfg)
+  tokens = jnp.zeros((1, 1), jnp.int32)
+  return nn.meta.unbox(model.init(rng, tokens, tokens, tokens.astype(bool))['params'])
