@@ -33,6 +33,10 @@ class SampleOutput:
   mask_RxN: np.ndarray  # 1 for generated tokens up to and including the stop token
   lengths_R: np.ndarray
   logprobs_RxN: np.ndarray  # 0 where mask is 0
+  # Per call: (prompt bucket length, tokens generated before the loop exited). The loop
+  # stops when every row of the call (filler rows included) is done, so this is what the
+  # hardware computed; the FLOPs ledger counts it.
+  calls: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
 
 def prompt_buckets(max_prompt_len: int, min_prompt_bucket: int = 16) -> tuple[int, ...]:
@@ -184,7 +188,7 @@ class Sampler:
   def sample(self, params, prompts: Sequence[Sequence[int]], row_ids: Sequence[int], rng, *,
              temperature=1.0, top_p=1.0, top_k=0) -> SampleOutput:
     """Any number of prompts (token lists) -> host arrays, in calls of `rows` rows."""
-    outputs = []
+    outputs, calls = [], []
     for start in range(0, len(prompts), self.rows):
       chunk = list(prompts[start:start + self.rows])
       ids = np.zeros(self.rows, np.int32)
@@ -192,10 +196,11 @@ class Sampler:
       tokens, mask = self.pad_prompts(chunk)
       out = sharding_lib.to_host(self.generate(params, tokens, mask, ids, rng,
                                                temperature=temperature, top_p=top_p, top_k=top_k))
+      calls.append((tokens.shape[1], int(out[2].max())))
       outputs.append([x[:len(chunk)] for x in out])
     if not outputs:
       n = self.max_new_tokens
       return SampleOutput(np.zeros((0, n), np.int32), np.zeros((0, n), np.int32),
                           np.zeros((0,), np.int32), np.zeros((0, n), np.float32))
     tokens, mask, lengths, logps = (np.concatenate(parts) for parts in zip(*outputs))
-    return SampleOutput(tokens, mask, lengths, logps)
+    return SampleOutput(tokens, mask, lengths, logps, calls)

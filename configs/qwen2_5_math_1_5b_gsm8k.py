@@ -1,0 +1,129 @@
+"""Qwen2.5-Math-1.5B on GSM8K: sGPO (or GRPO / DAPO) from the base checkpoint.
+
+Built on the embedded default (`sgpo_jax/default_config.py`), so it has exactly the default's
+field names; only values change.
+
+Inputs (local, nothing is downloaded at run time):
+  model.hf_path     a Hugging Face checkpoint dir of Qwen/Qwen2.5-Math-1.5B (config.json,
+                    model.safetensors, tokenizer files); the tokenizer is read from it too.
+  data.path         a directory with train.jsonl and test.jsonl of openai/gsm8k 'main', rows
+                    {"question": ..., "answer": "... #### 72"} (the reward reads the gold
+                    answer after '####'). E.g. `datasets.load_dataset('openai/gsm8k', 'main')`
+                    then `ds[split].to_json(f'{dir}/{split}.jsonl')` on a machine with access.
+
+Launch:
+  # check memory / FLOPs first (no weights needed; prints the table and exits)
+  python -m sgpo_jax.main --config configs/qwen2_5_math_1_5b_gsm8k.py --config.dry_run=True
+  # TPU v5e-8 (one host, 8 chips of 16 GB): fsdp=8
+  python -m sgpo_jax.main --config configs/qwen2_5_math_1_5b_gsm8k.py \
+      --config.model.hf_path=/data/Qwen2.5-Math-1.5B --config.tokenizer.path=/data/Qwen2.5-Math-1.5B \
+      --config.data.path=/data/gsm8k --workdir gs://bucket/runs/q15_gsm8k_sgpo
+  # one 80-140 GB GPU: `:gpu=1` (mesh 1x1x1, 8 micro-batches); or --config.method=grpo
+  python -m sgpo_jax.main --config configs/qwen2_5_math_1_5b_gsm8k.py:gpu=1,method=grpo ...
+
+Memory (from `sgpo_jax/dry_run.py`, per device): params f32 5.8 GiB in total, so on v5e-8
+params + grads + AdamW are ~2.9 GiB per chip; the sampler's KV cache for 256 rows x 1536
+tokens is 1.3 GiB per chip; activations with remat and 2 rows per chip per micro-batch are
+~1.4 GiB. On one GPU: ~23 GiB for params/grads/AdamW, 10.5 GiB KV cache, activations set
+by micro_batches (8 -> 32 rows, ~20 GiB). Run the dry run for exact numbers after changes.
+
+Parameter dtype: float32 master weights, bfloat16 compute. RL learning rates (1e-6) give
+updates far below bfloat16's 2^-8 relative precision, so bf16 weights would round most
+updates away; f32 costs 6 GB more in total, which both targets have.
+
+Variants (`configs/qwen2_5_math_1_5b_gsm8k.py:method=grpo,gpu=1`):
+  method=sgpo|grpo|dapo   allocator
+  gpu=1                   single 80-140 GB GPU mesh and micro-batching
+"""
+
+import ml_collections
+
+from sgpo_jax import default_config
+
+HF_PATH = '/path/to/Qwen2.5-Math-1.5B'  # placeholder: a local checkpoint directory
+SYSTEM_PROMPT = 'Please reason step by step, and put your final answer within \\boxed{}.'
+
+
+def set_qwen2_5_math_1_5b(c: ml_collections.ConfigDict) -> None:
+  """The model and tokenizer blocks for Qwen/Qwen2.5-Math-1.5B (its config.json values)."""
+  m = c.model
+  m.vocab_size = 151936
+  m.d_model = 1536
+  m.n_layers = 28
+  m.n_heads = 12
+  m.n_kv_heads = 2
+  m.head_dim = 128
+  m.d_ff = 8960
+  m.rope_theta = 10000.0
+  m.rms_eps = 1e-6
+  m.tie_embeddings = True
+  m.qkv_bias = True
+  m.max_len = 4096  # max_position_embeddings
+  m.dtype = 'bfloat16'  # compute
+  m.param_dtype = 'float32'  # master weights; see the module docstring
+  m.remat = True  # per-layer rematerialisation: attention scores are T x T per head
+  m.hf_path = HF_PATH
+  c.tokenizer.kind = 'hf'
+  c.tokenizer.path = HF_PATH
+  c.tokenizer.chat_template = True
+  c.tokenizer.system_prompt = SYSTEM_PROMPT
+  c.warm_start.steps = 0  # the checkpoint is the initial policy
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = dict(kv.split('=', 1) for kv in arg.split(',') if kv) if arg else {}
+  c = default_config.get_config(f"method={args.get('method', 'sgpo')}")
+  set_qwen2_5_math_1_5b(c)
+
+  c.data.source = 'jsonl'
+  c.data.path = '/path/to/gsm8k'  # train.jsonl + test.jsonl
+  c.data.split = 'train'
+  c.data.eval_split = 'test'
+  c.data.id_field = ''  # GSM8K rows carry no id: ids become '<split>-<row>'
+  c.data.prompt_field = 'question'
+  c.data.answer_field = 'answer'
+  c.data.reward = 'math'
+
+  c.mesh.shape = (1, 8, 1)  # TPU v5e-8: FSDP over the 8 chips
+  c.mesh.axes = ('data', 'fsdp', 'tp')
+
+  c.sampling.max_prompt_len = 512
+  c.sampling.max_new_tokens = 1024
+  c.sampling.min_prompt_bucket = 128  # buckets 128, 256, 512: three sampler compilations
+  c.sampling.temperature = 1.0
+  c.sampling.top_p = 1.0
+  c.sampling.top_k = 0
+
+  c.profile.num_samples = 8
+  c.profile.temperature = 1.0
+
+  c.sgpo.trivial_threshold = 0.75
+  c.sgpo.unsolved_keep_fraction = 0.10
+  c.sgpo.group_sizes = (2, 4, 8, 16)
+  c.grpo.group_size = 8
+  c.dapo.group_size = 16
+  c.dapo.max_rounds = 4
+
+  c.train.num_steps = 200
+  c.train.rows_per_batch = 256  # a multiple of every group size and of the 8 batch shards
+  c.train.micro_batches = 16  # 2 rows per chip per micro-batch on v5e-8
+  c.train.learning_rate = 1e-6
+  c.train.warmup_steps = 10
+  c.train.schedule = 'constant'
+  c.train.weight_decay = 0.0
+  c.train.grad_clip = 1.0
+  c.train.mu = 1
+  c.train.loss_agg = 'token_mean'
+  c.train.clip_eps_low = 0.2
+  c.train.clip_eps_high = 0.28
+  c.train.kl_coef = 0.0
+  c.train.logprob_chunk = 256  # never a full f32 [rows, 1536, 151936] logits tensor
+
+  c.checkpoint.every_steps = 25
+  c.checkpoint.keep = 2
+  c.eval.every_steps = 25
+
+  if args.get('gpu'):
+    c.mesh.shape = (1, 1, 1)
+    c.train.micro_batches = 8  # 32 rows per micro-batch
+  return c

@@ -1,0 +1,158 @@
+"""The embedded default config (the schema every config is checked against).
+
+Embedded default: a ~0.8M-parameter policy on the package's own arithmetic task.
+
+Runs end to end on a 2-core CPU in about ten minutes, no downloads:
+
+    python -m sgpo_jax.main --config configs/default.py --workdir /tmp/sgpo_default
+
+Variants (big_vision style arg string): `configs/default.py:method=grpo,runlocal=1`
+  method=sgpo|grpo|dapo   which allocator drives the RL loop
+  runlocal=1              shrink everything for a smoke run (tests, notebooks)
+Any field can be overridden: `--config.train.num_steps=50 --config.seed=1`.
+"""
+
+import ml_collections
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  args = dict(kv.split('=', 1) for kv in arg.split(',') if kv) if arg else {}
+  c = ml_collections.ConfigDict()
+  c.method = args.get('method', 'sgpo')  # sgpo | grpo | dapo: the allocator over the RL loop
+  c.seed = 0
+  c.dry_run = False  # build abstractly, print memory/FLOPs table, exit
+
+  # Queries. `source='arithmetic'` generates the embedded task from `seed`; other sources
+  # (jsonl, parquet, tfds, hf) read files (see sgpo_jax/data.py).
+  c.data = ml_collections.ConfigDict()
+  c.data.source = 'arithmetic'
+  c.data.seed = 0  # pool / eval split / warm start: shared by every method and RL seed
+  c.data.path = ''  # file / directory for jsonl|parquet|tfds|hf sources
+  c.data.split = 'train'
+  c.data.eval_path = ''  # eval file for file sources ('' = eval_split of the same source)
+  c.data.eval_split = 'test'
+  c.data.id_field = 'id'
+  c.data.prompt_field = 'prompt'
+  c.data.answer_field = 'answer'
+  c.data.bad_rows = 'error'  # error | skip
+  c.data.num_train = 8192  # arithmetic: training pool size
+  c.data.num_eval = 512  # arithmetic: held-out eval problems (disjoint from train)
+  c.data.min_digits = 1  # arithmetic difficulty knob: digits per operand
+  c.data.max_digits = 4
+  c.data.reward = 'arithmetic'  # arithmetic | math (math-verify with bounded time)
+  c.data.format_reward = 0.0  # optional bonus for a well-formed answer; 0 = off
+
+  c.tokenizer = ml_collections.ConfigDict()
+  c.tokenizer.kind = 'char'  # char | hf
+  c.tokenizer.path = ''  # local HF tokenizer directory for kind='hf'
+  c.tokenizer.chat_template = False
+  c.tokenizer.system_prompt = ''
+
+  c.model = ml_collections.ConfigDict()
+  c.model.vocab_size = 16  # char tokenizer: 10 digits + '+=' + PAD/BOS/EOS (+1 spare)
+  c.model.d_model = 128
+  c.model.n_layers = 4
+  c.model.n_heads = 4
+  c.model.n_kv_heads = 4
+  c.model.head_dim = 32
+  c.model.d_ff = 512
+  c.model.rope_theta = 10000.0
+  c.model.rms_eps = 1e-6
+  c.model.tie_embeddings = True
+  c.model.qkv_bias = False
+  c.model.max_len = 32  # positions the model supports
+  c.model.dtype = 'float32'  # compute dtype
+  c.model.param_dtype = 'float32'
+  c.model.remat = False
+  c.model.init_std = 0.02
+  c.model.hf_path = ''  # local HF checkpoint to start from (sgpo_jax/hf.py)
+
+  # Mesh: shape over axes; -1 = the rest of the devices.
+  c.mesh = ml_collections.ConfigDict()
+  c.mesh.shape = (-1, 1, 1)
+  c.mesh.axes = ('data', 'fsdp', 'tp')
+
+  c.sampling = ml_collections.ConfigDict()
+  c.sampling.max_prompt_len = 12  # BOS + 'dddd+dddd='
+  c.sampling.max_new_tokens = 8  # reversed sum digits + EOS
+  c.sampling.min_prompt_bucket = 16  # prompt buckets: powers of two from here up to max_prompt_len
+  c.sampling.temperature = 1.0
+  c.sampling.top_p = 1.0
+  c.sampling.top_k = 0  # 0 = off
+
+  # Supervised warm start that makes the "pretrained" initial policy (cached).
+  c.warm_start = ml_collections.ConfigDict()
+  c.warm_start.steps = 900
+  c.warm_start.batch_size = 64
+  c.warm_start.learning_rate = 2e-3
+  c.warm_start.cache_dir = ''  # '' = <workdir>/warm_start; shared dir to reuse across runs
+
+  c.profile = ml_collections.ConfigDict()
+  c.profile.num_samples = 8  # k samples per query under the initial policy
+  c.profile.temperature = 1.0
+  c.profile.early_stop = False  # stop sampling a query once its bucket is certain
+
+  c.sgpo = ml_collections.ConfigDict()
+  c.sgpo.trivial_threshold = 0.75  # p_hat > this: dropped
+  c.sgpo.unsolved_keep_fraction = 0.10  # p_hat == 0 kept with this probability per phase
+  c.sgpo.group_sizes = (2, 4, 8)
+  c.sgpo.rounding = 'down'  # down | up | nearest power of two of 1/p_hat
+  c.sgpo.clip = True  # clip G into [min, max] of group_sizes
+  c.sgpo.curriculum = True  # phases in increasing G; False = shuffled mix
+  c.sgpo.phase_epochs = 1.0  # epochs over each phase's cluster
+  c.sgpo.phase_plateau_window = 0  # >0: end a phase when train reward plateaus over this many steps
+  c.sgpo.phase_plateau_delta = 0.01
+  c.sgpo.trivial_replay_fraction = 0.0  # beyond the paper: share of rows replaying trivial queries
+  c.sgpo.online_update = False  # beyond the paper: Beta posterior of p_hat from rollouts
+  c.sgpo.prior_strength = 8.0  # kappa of the Beta prior around the profiled p_hat
+
+  c.grpo = ml_collections.ConfigDict()
+  c.grpo.group_size = 8
+
+  c.dapo = ml_collections.ConfigDict()
+  c.dapo.group_size = 8
+  c.dapo.max_rounds = 4  # generation rounds per batch before padding the rest
+
+  c.train = ml_collections.ConfigDict()
+  c.train.num_steps = 150
+  c.train.rows_per_batch = 128  # R: rows per RL batch, a multiple of every group size
+  c.train.learning_rate = 2e-4
+  c.train.warmup_steps = 5
+  c.train.schedule = 'constant'  # constant | cosine
+  c.train.weight_decay = 0.0
+  c.train.grad_clip = 1.0
+  c.train.micro_batches = 1
+  c.train.mu = 1  # policy-gradient iterations per rollout batch
+  c.train.advantage = 'grpo'  # grpo | dr_grpo | rloo
+  c.train.std_eps = 1e-6
+  c.train.loss_agg = 'token_mean'  # token_mean | seq_mean_token_mean | seq_mean_token_sum_norm
+  c.train.clip_eps_low = 0.2
+  c.train.clip_eps_high = 0.28
+  c.train.logratio_clamp = 20.0
+  c.train.kl_coef = 0.0  # 0 = no reference model kept or run
+  c.train.kl_form = 'k3'  # k1 | k3
+  c.train.logprob_chunk = 0  # tokens per chunk for log-probs; 0 = whole sequence
+  c.train.early_stop = ml_collections.ConfigDict()
+  c.train.early_stop.enabled = False
+  c.train.early_stop.epsilon = 0.01
+  c.train.early_stop.min_fraction = 0.2
+  c.train.early_stop.confidence = 0.9
+
+  c.checkpoint = ml_collections.ConfigDict()
+  c.checkpoint.every_steps = 50
+  c.checkpoint.keep = 2
+  c.checkpoint.async_save = False
+
+  c.eval = ml_collections.ConfigDict()
+  c.eval.every_steps = 25
+  c.eval.pass_k = 0  # >0: also pass@k at temperature sampling.temperature
+
+  if args.get('runlocal'):
+    c.data.num_train = 512
+    c.data.num_eval = 128
+    c.warm_start.steps = 150
+    c.train.num_steps = 6
+    c.train.rows_per_batch = 32
+    c.eval.every_steps = 3
+    c.checkpoint.every_steps = 3
+  return c

@@ -1,0 +1,190 @@
+"""Dry run: what a config will cost before any weights exist (`config.dry_run=True`).
+
+Owns `dry_run(config) -> dict` (and its printed table): parameter counts, bytes per device
+for parameters, gradients, AdamW state, the sampler's KV cache and train-step activations,
+and the FLOPs of one RL step. Nothing is allocated: the model is built with
+`model.abstract_params` (eval_shape) and each parameter's per-device shard shape comes from
+`sharding.param_shardings` on the configured mesh.
+
+Mesh. When `config.mesh.shape` fits the local devices the real mesh is built
+(`sharding.make_mesh`). Otherwise (e.g. fsdp=8 checked on a 1-device laptop) the numbers
+are computed analytically on a `jax.sharding.AbstractMesh` of the configured shape, with
+each -1 axis taken as `num_devices // (product of the fixed axes)` when `num_devices` is
+given, else as 1. The shard shapes are the same ones the real mesh would give, since the
+sharding rules only look at axis sizes.
+
+Estimates (per device; B = batch shards = data * fsdp, T = max_prompt_len + max_new_tokens):
+- params: the parameter shards in `model.param_dtype`; gradients the same again.
+- optimizer: AdamW mu and nu in float32, sharded like the parameters (2 x 4 bytes/param).
+- KV cache: R x T x L x 2 x K x hd x compute-dtype bytes / B, for the sampler's R =
+  `train.rows_per_batch` rows (tp may shard KV heads further; not counted).
+- activations: b = rows_per_batch / micro_batches / B rows. Without remat each layer keeps
+  about (4D + 2*H*hd + 2*K*hd + 3F) compute-dtype values per token plus the attention scores
+  (f32) and probabilities (compute dtype), H*T per token; with `model.remat` each layer keeps
+  only its D-wide input and one layer is live at a time during the backward pass. Plus the
+  f32 logits and their gradient over a `train.logprob_chunk`-token chunk (0 = all T).
+  An order-of-magnitude estimate for choosing micro_batches / remat, not a measurement.
+- FLOPs per RL step (sgpo_jax/flops.py): sampling = R x (prefill of max_prompt_len +
+  max_new_tokens decode steps over the T-slot cache); reference forward R x T tokens when
+  `train.kl_coef > 0`; training = mu x R x T tokens x 3 x forward. Profiling is per query:
+  `profile.num_samples` generations.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import jax
+import ml_collections
+from jax.sharding import AbstractMesh
+
+from sgpo_jax import flops as flops_lib
+from sgpo_jax import model as model_lib
+from sgpo_jax import sharding as sharding_lib
+
+_BYTES = {'float32': 4, 'bfloat16': 2, 'float16': 2}
+
+
+def _mesh_for(mesh_config: Any, num_devices: int | None) -> tuple[Any, str]:
+  """The real mesh when the configured shape fits the local devices, else an abstract one."""
+  shape, axes = tuple(int(s) for s in mesh_config.shape), tuple(mesh_config.axes)
+  if num_devices is None:
+    try:
+      return sharding_lib.make_mesh(mesh_config), 'placed'
+    except ValueError:
+      pass
+  fixed = math.prod(s for s in shape if s != -1)
+  rest = 1 if num_devices is None else max(1, num_devices // fixed)
+  resolved = sharding_lib.resolve_mesh_shape(shape, axes, fixed * (rest if -1 in shape else 1))
+  return AbstractMesh(resolved, axes), 'analytic'
+
+
+def _per_device_elements(abstract_params: Any, mesh: Any, rules: Any) -> tuple[int, int]:
+  """(elements per device, total elements) over all parameters."""
+  shardings = sharding_lib.param_shardings(abstract_params, mesh, rules)
+  shapes = jax.tree.leaves(model_lib.nn.meta.unbox(abstract_params))
+  per_device = sum(math.prod(s.shard_shape(x.shape)) for s, x in
+                   zip(jax.tree.leaves(shardings), shapes))
+  return per_device, sum(math.prod(x.shape) for x in shapes)
+
+
+def activation_bytes(cfg: model_lib.ModelConfig, rows: int, seq_len: int,
+                     logprob_chunk: int) -> int:
+  """Documented estimate of one train micro-batch's saved activations (module docstring)."""
+  act = _BYTES[cfg.dtype]
+  d, f, h, k, e = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+  per_token_layer = (4 * d + 2 * h * e + 2 * k * e + 3 * f) * act + h * seq_len * (4 + act)
+  full_layer = rows * seq_len * per_token_layer
+  if cfg.remat:
+    layers = cfg.n_layers * rows * seq_len * d * act + full_layer
+  else:
+    layers = cfg.n_layers * full_layer
+  chunk = seq_len if logprob_chunk <= 0 else min(logprob_chunk, seq_len)
+  logits = 2 * rows * chunk * cfg.vocab_size * 4
+  return layers + logits
+
+
+def dry_run(config: ml_collections.ConfigDict, num_devices: int | None = None,
+            print_table: bool = True) -> dict[str, Any]:
+  """Memory and FLOPs of `config` without weights; see the module docstring.
+
+  num_devices: resolve a -1 mesh axis for this many devices (analytic mode); default: the
+  local devices when the configured mesh fits them.
+  """
+  cfg = model_lib.ModelConfig.from_config(config.model)
+  cfg.validate()
+  hf_checked = False
+  hf_path = config.model.get('hf_path', '')
+  if hf_path and os.path.isfile(os.path.join(hf_path, 'config.json')):
+    from sgpo_jax import hf as hf_lib
+    hf_lib.check_matches_checkpoint(cfg, hf_path)
+    hf_checked = True
+
+  mesh, mode = _mesh_for(config.mesh, num_devices)
+  abstract = model_lib.abstract_params(cfg)
+  param_elems_dev, param_elems = _per_device_elements(abstract, mesh,
+                                                      sharding_lib.DEFAULT_RULES)
+  counts = flops_lib.param_counts(cfg)
+  if counts['total'] != param_elems:
+    raise AssertionError(f'flops.param_counts total {counts["total"]} != model parameters '
+                         f'{param_elems}; flops.py and model.py disagree.')
+
+  mesh_shape = dict(mesh.shape)
+  batch_shards = math.prod(mesh_shape.get(a, 1) for a in sharding_lib.BATCH_AXES)
+  s, t = config.sampling, config.train
+  rows = int(t.rows_per_batch)
+  seq_len = int(s.max_prompt_len) + int(s.max_new_tokens)
+  micro_rows = math.ceil(rows / max(1, int(t.micro_batches)) / batch_shards)
+  pbytes = _BYTES[cfg.param_dtype]
+  kv = (rows * seq_len * cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * _BYTES[cfg.dtype]
+        / batch_shards)
+  memory = {
+      'params': param_elems_dev * pbytes,
+      'grads': param_elems_dev * pbytes,
+      'optimizer': param_elems_dev * 2 * 4,
+      'kv_cache': int(math.ceil(kv)),
+      'activations': activation_bytes(cfg, micro_rows, seq_len, int(t.logprob_chunk)),
+  }
+  # Sampling and training do not overlap: peak is the larger of the two phases.
+  memory['peak_train'] = (memory['params'] + memory['grads'] + memory['optimizer']
+                          + memory['activations'])
+  memory['peak_sample'] = memory['params'] + memory['optimizer'] + memory['kv_cache']
+  memory['peak'] = max(memory['peak_train'], memory['peak_sample'])
+
+  prompt, new = int(s.max_prompt_len), int(s.max_new_tokens)
+  gen_per_row = (prompt * flops_lib.forward_flops_per_token(cfg, prompt)
+                 + new * flops_lib.forward_flops_per_token(cfg, seq_len))
+  step_flops = {
+      'sampling': float(rows * gen_per_row),
+      'reference': float(rows * seq_len * flops_lib.forward_flops_per_token(cfg, seq_len)
+                         if t.kl_coef > 0 else 0.0),
+      'train': float(int(t.mu) * rows * seq_len * flops_lib.train_flops_per_token(cfg, seq_len)),
+  }
+  step_flops['total'] = sum(step_flops.values())
+  result = {
+      'model': {'params_total': counts['total'], 'params_nonembed': counts['nonembed'],
+                'embedding': counts['embedding'], 'lm_head': counts['lm_head'],
+                'param_dtype': cfg.param_dtype, 'dtype': cfg.dtype, 'remat': cfg.remat},
+      'mesh': {'shape': mesh_shape, 'mode': mode, 'devices': math.prod(mesh_shape.values()),
+               'batch_shards': batch_shards},
+      'shapes': {'rows_per_batch': rows, 'seq_len': seq_len, 'micro_batch_rows_per_device':
+                 micro_rows},
+      'bytes_per_device': memory,
+      'flops_per_step': step_flops,
+      'flops_run': {'rl_steps': float(step_flops['total'] * int(t.num_steps)),
+                    'profile_per_query': float(int(config.profile.num_samples) * gen_per_row)},
+      'hf_config_checked': hf_checked,
+  }
+  if print_table:
+    print(format_table(result))
+  return result
+
+
+def _gib(n: float) -> str:
+  return f'{n / 1024**3:10.2f} GiB'
+
+
+def format_table(result: dict[str, Any]) -> str:
+  m, mesh, mem = result['model'], result['mesh'], result['bytes_per_device']
+  f, shapes = result['flops_per_step'], result['shapes']
+  lines = [
+      f"dry run  mesh {mesh['shape']} ({mesh['mode']}, {mesh['devices']} devices, "
+      f"batch shards {mesh['batch_shards']})",
+      f"  params       {m['params_total'] / 1e6:10.1f} M total, "
+      f"{m['params_nonembed'] / 1e6:.1f} M non-embedding "
+      f"(param {m['param_dtype']}, compute {m['dtype']}, remat {m['remat']})",
+      f"  batch        {shapes['rows_per_batch']} rows x {shapes['seq_len']} tokens, "
+      f"{shapes['micro_batch_rows_per_device']} rows per device per micro-batch",
+      '  bytes per device',
+  ]
+  for key in ('params', 'grads', 'optimizer', 'kv_cache', 'activations', 'peak_train',
+              'peak_sample', 'peak'):
+    lines.append(f'    {key:12s} {_gib(mem[key])}')
+  lines.append('  FLOPs per RL step')
+  for key in ('sampling', 'reference', 'train', 'total'):
+    lines.append(f'    {key:12s} {f[key]:14.3e}')
+  lines.append(f"  FLOPs run    {result['flops_run']['rl_steps']:14.3e} (RL steps), "
+               f"{result['flops_run']['profile_per_query']:.3e} per profiled query")
+  return '\n'.join(lines)

@@ -1,0 +1,56 @@
+"""Held-out evaluation: greedy accuracy (and optional pass@k) with the run's sampler."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import numpy as np
+
+from sgpo_jax.sampling import Sampler
+
+
+def decode_rows(tokenizer, tokens_RxN: np.ndarray, mask_RxN: np.ndarray) -> list[str]:
+  return [tokenizer.decode([int(t) for t, m in zip(row, mrow) if m])
+          for row, mrow in zip(tokens_RxN, mask_RxN)]
+
+
+def evaluate(sampler: Sampler, params, queries: Sequence, tokenizer, reward_fn, rng, *,
+             pass_k: int = 0, temperature: float = 1.0, ledger=None) -> dict[str, float]:
+  """Greedy accuracy over `queries`; with pass_k > 0 also pass@k at `temperature`.
+
+  Eval FLOPs go to the ledger's 'eval' category, which is reported but kept out of the
+  training total (every method pays the same eval cost).
+  """
+  prompts = [tokenizer.encode_prompt(q.prompt) for q in queries]
+  out = sampler.sample(params, prompts, list(range(len(prompts))), rng, temperature=0.0)
+  rewards = reward_fn(decode_rows(tokenizer, out.tokens_RxN, out.mask_RxN), list(queries))
+  count_generation(ledger, 'eval', sampler, out, len(prompts))
+  result = {'eval_accuracy': float(np.mean(rewards >= 1.0)) if len(rewards) else 0.0}
+  by_difficulty: dict[int, list[float]] = {}
+  for q, r in zip(queries, rewards):
+    if q.difficulty is not None:
+      by_difficulty.setdefault(int(q.difficulty), []).append(float(r >= 1.0))
+  for d, values in sorted(by_difficulty.items()):
+    result[f'eval_accuracy_d{d}'] = float(np.mean(values))
+  if pass_k > 0:
+    rep_prompts = [p for p in prompts for _ in range(pass_k)]
+    rep_queries = [q for q in queries for _ in range(pass_k)]
+    out = sampler.sample(params, rep_prompts, list(range(len(rep_prompts))),
+                         jax.random.fold_in(rng, 1), temperature=temperature)
+    solved = reward_fn(decode_rows(tokenizer, out.tokens_RxN, out.mask_RxN), rep_queries) >= 1.0
+    result[f'eval_pass@{pass_k}'] = float(np.mean(solved.reshape(-1, pass_k).any(axis=1)))
+    count_generation(ledger, 'eval', sampler, out, len(rep_prompts))
+  return result
+
+
+def count_generation(ledger, category: str, sampler: Sampler, out, num_prompts: int) -> None:
+  """Adds the FLOPs of every sampler call behind `out` (filler rows included as computed)."""
+  if ledger is None:
+    return
+  for call, (bucket, steps) in enumerate(out.calls):
+    valid = min(sampler.rows, num_prompts - call * sampler.rows)
+    # The prefill emits the first token; the loop ran steps - 1 single-token decode steps.
+    ledger.add_generation(category, rows=sampler.rows, prompt_len=bucket,
+                          new_tokens=max(steps - 1, 0),
+                          valid_rows=valid, cache_len=bucket + sampler.max_new_tokens)

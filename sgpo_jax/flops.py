@@ -1,0 +1,171 @@
+"""Analytic FLOPs ledger for the Llama/Qwen2 decoder in model.py (papers.md section 1, Ours).
+
+Owns the FLOPs accounting of a run:
+- `param_counts`: total / embedding / non-embedding / matmul parameter counts.
+- `forward_flops_per_token`, `train_flops_per_token`: per-token FLOPs with the attention
+  term over the FULL static context (our attention computes over the whole static length:
+  pass T for a full [B, T] forward, the KV-cache size for a decode step).
+- `FlopsLedger`: cumulative FLOPs per category, both 'computed' (every row, padding
+  included: what the hardware does) and 'useful' (valid rows only).
+- `xla_flops`: XLA's own cost analysis of a jitted function, for cross-checks.
+
+Per token: forward = 2 * P_matmul_nonembed + 2 * D * V (lm-head logits) +
+4 * L * H * hd * context (QK^T and AV); training = 3 * forward (forward + backward).
+Norms, biases, softmax, rotary and the embedding gather are not counted (O(D) per token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+CATEGORIES = ('profile', 'rollout', 'reference', 'train', 'eval')
+# Eval is reported on its own and left out of `total`: the claim is about the compute to
+# *train* to an accuracy, and eval frequency is a measurement choice that differs by run.
+TOTAL_CATEGORIES = ('profile', 'rollout', 'reference', 'train')
+
+
+def _field(model_cfg: Any, name: str) -> Any:
+  if isinstance(model_cfg, Mapping):
+    return model_cfg[name]
+  return getattr(model_cfg, name)
+
+
+def _dims(model_cfg: Any) -> dict[str, Any]:
+  return {name: _field(model_cfg, name) for name in (
+      'vocab_size', 'd_model', 'n_layers', 'n_heads', 'n_kv_heads', 'head_dim', 'd_ff',
+      'qkv_bias', 'tie_embeddings')}
+
+
+def param_counts(model_cfg: Any) -> dict[str, int]:
+  """Parameter counts of the decoder.
+
+  Returns total, embedding (the [V, D] table), nonembed (everything except the embedding
+  and an untied lm_head), lm_head (0 when tied) and matmul_nonembed (the per-layer weight
+  matrices only: what the per-token matmul FLOPs are made of).
+  """
+  d = _dims(model_cfg)
+  v, dm, layers = int(d['vocab_size']), int(d['d_model']), int(d['n_layers'])
+  q_width = int(d['n_heads']) * int(d['head_dim'])
+  kv_width = int(d['n_kv_heads']) * int(d['head_dim'])
+  ff = int(d['d_ff'])
+  matmul_per_layer = dm * q_width + 2 * dm * kv_width + q_width * dm + 3 * dm * ff
+  bias_per_layer = (q_width + 2 * kv_width) if d['qkv_bias'] else 0
+  norms_per_layer = 2 * dm
+  nonembed = layers * (matmul_per_layer + bias_per_layer + norms_per_layer) + dm
+  embedding = v * dm
+  lm_head = 0 if d['tie_embeddings'] else dm * v
+  return {
+      'total': nonembed + embedding + lm_head,
+      'embedding': embedding,
+      'nonembed': nonembed,
+      'lm_head': lm_head,
+      'matmul_nonembed': layers * matmul_per_layer,
+  }
+
+
+def forward_flops_per_token(model_cfg: Any, context_len: int) -> int:
+  """FLOPs of one token's forward pass attending over context_len positions."""
+  d = _dims(model_cfg)
+  attention = 4 * int(d['n_layers']) * int(d['n_heads']) * int(d['head_dim']) * int(context_len)
+  logits = 2 * int(d['d_model']) * int(d['vocab_size'])
+  return 2 * param_counts(model_cfg)['matmul_nonembed'] + logits + attention
+
+
+def train_flops_per_token(model_cfg: Any, context_len: int) -> int:
+  """Forward + backward (backward = 2x forward) of one token."""
+  return 3 * forward_flops_per_token(model_cfg, context_len)
+
+
+def _check_rows(rows: int, valid_rows: int) -> None:
+  if rows < 0 or not 0 <= valid_rows <= rows:
+    raise ValueError(f'valid_rows={valid_rows} must lie in [0, rows={rows}]')
+
+
+class FlopsLedger:
+  """Cumulative FLOPs per category ('profile', 'rollout', 'reference', 'train', 'eval').
+
+  Each category holds 'computed' (all rows, padding included) and 'useful' (the valid
+  rows' share). `total` = profile + rollout + reference + train (computed); eval is kept
+  apart and not in total. Useful scales by valid_rows / rows: padded tokens inside a valid
+  row (left-padded prompts, tokens after EOS) count as computed and useful alike, because
+  the static-shape code does compute them.
+  """
+
+  def __init__(self, model_cfg: Any):
+    self.model_cfg = model_cfg
+    self._computed = {c: 0.0 for c in CATEGORIES}
+    self._useful = {c: 0.0 for c in CATEGORIES}
+
+  def add(self, category: str, computed: float, useful: float) -> None:
+    if category not in CATEGORIES:
+      raise ValueError(f'FLOPs category {category!r} is not one of {CATEGORIES}')
+    if computed < 0 or not 0 <= useful <= computed * (1 + 1e-12):
+      raise ValueError(f'need 0 <= useful ({useful}) <= computed ({computed})')
+    self._computed[category] += float(computed)
+    self._useful[category] += float(useful)
+
+  def add_generation(self, category: str, rows: int, prompt_len: int, new_tokens: int,
+                     valid_rows: int, cache_len: int) -> float:
+    """Prefill of prompt_len tokens (attending over prompt_len) plus new_tokens decode
+    steps attending over the cache_len-slot KV cache, for `rows` rows. Returns computed."""
+    _check_rows(rows, valid_rows)
+    per_row = (prompt_len * forward_flops_per_token(self.model_cfg, prompt_len)
+               + new_tokens * forward_flops_per_token(self.model_cfg, cache_len))
+    self.add(category, rows * per_row, valid_rows * per_row)
+    return float(rows * per_row)
+
+  def add_forward(self, category: str, rows: int, seq_len: int, valid_rows: int) -> float:
+    """A full forward over [rows, seq_len] (e.g. old / reference log-probs)."""
+    _check_rows(rows, valid_rows)
+    per_row = seq_len * forward_flops_per_token(self.model_cfg, seq_len)
+    self.add(category, rows * per_row, valid_rows * per_row)
+    return float(rows * per_row)
+
+  def add_train(self, rows: int, seq_len: int, valid_rows: int, passes: int = 1) -> float:
+    """`passes` forward+backward passes over [rows, seq_len] (e.g. train.mu iterations)."""
+    _check_rows(rows, valid_rows)
+    per_row = passes * seq_len * train_flops_per_token(self.model_cfg, seq_len)
+    self.add('train', rows * per_row, valid_rows * per_row)
+    return float(rows * per_row)
+
+  def computed(self, category: str) -> float:
+    return self._computed[category]
+
+  def useful(self, category: str) -> float:
+    return self._useful[category]
+
+  @property
+  def total(self) -> float:
+    return sum(self._computed[c] for c in TOTAL_CATEGORIES)
+
+  @property
+  def useful_total(self) -> float:
+    return sum(self._useful[c] for c in TOTAL_CATEGORIES)
+
+  def as_dict(self) -> dict[str, float]:
+    """{'profile','rollout','reference','train','total','useful_total','eval'} (computed)."""
+    out = {c: self._computed[c] for c in TOTAL_CATEGORIES}
+    out.update(total=self.total, useful_total=self.useful_total, eval=self._computed['eval'])
+    return out
+
+  def state_dict(self) -> dict[str, dict[str, float]]:
+    return {'computed': dict(self._computed), 'useful': dict(self._useful)}
+
+  def load_state_dict(self, state: Mapping[str, Mapping[str, float]]) -> None:
+    for part in ('computed', 'useful'):
+      missing = set(CATEGORIES) - set(state[part])
+      if missing:
+        raise ValueError(f'FLOPs state {part!r} lacks categories {sorted(missing)}')
+    self._computed = {c: float(state['computed'][c]) for c in CATEGORIES}
+    self._useful = {c: float(state['useful'][c]) for c in CATEGORIES}
+
+
+def xla_flops(jitted_fn: Any, *args: Any) -> float:
+  """FLOPs XLA's cost analysis reports for `jitted_fn(*args)` (compiles it once)."""
+  analysis = jitted_fn.lower(*args).compile().cost_analysis()
+  if analysis is None:
+    raise ValueError('this backend reports no cost analysis; cross-check on CPU or GPU')
+  if isinstance(analysis, Mapping):
+    analysis = [analysis]
+  return float(sum(float(entry.get('flops', 0.0)) for entry in analysis))

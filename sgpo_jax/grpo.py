@@ -1,0 +1,433 @@
+"""GRPO math: group advantages by group id, chunked token log-probs, policy losses.
+
+This module owns the pure, jit-compatible numerics of the RL update:
+
+- `compute_advantages`: per-row advantages from rewards grouped by `group_id_R` with
+  segment sums (never a reshape by G), so uneven groups, mixed-G batches and padding rows
+  share one code path and one compilation. Estimators live in `ADVANTAGE_ESTIMATORS`.
+- `token_logprobs`: log-prob of target tokens and predictive entropy, computed over chunks
+  of T so a float32 [B, T, V] never materialises (forward or backward).
+- `policy_loss`: PPO-clipped surrogate with separate low/high epsilon, optional KL to a
+  reference, aggregated by a mode from `LOSS_AGGREGATIONS`, returned as (sum, denominator).
+
+Micro-batching contract (rows split across micro-batches, never tokens of one row):
+
+    denom = loss_denominator(completion_mask_RxT, valid_R, loss_agg, max_new_tokens)  # full batch
+    for each micro-batch i:
+      loss_sum_i, _, metrics_i = policy_loss(..micro-batch i..)
+      loss_i = loss_sum_i / jnp.maximum(denom, 1.0)        # global denominator, not the local one
+      grads += grad(loss_i)                                 # sum, do not average
+    metrics = merge_loss_metrics(metrics_0, metrics_1, ...); finalize_loss_metrics(metrics)
+
+Sum over i of loss_sum_i / denom equals the full-batch loss_sum / denom exactly (up to float
+summation order), for every aggregation mode, because every mode's sum is a sum over rows.
+The train step itself lives elsewhere; this module holds only the math it calls.
+"""
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+# --------------------------------------------------------------------------- advantages
+
+
+class GroupStats(NamedTuple):
+  """Per-row view of the statistics of the row's group (valid rows only count)."""
+
+  count_R: Array  # float32, number of valid rows in the row's group
+  sum_R: Array  # float32, sum of the group's valid rewards
+  mean_R: Array  # float32, mean of the group's valid rewards
+  sq_dev_sum_R: Array  # float32, sum over the group of (r - mean)^2
+
+
+def _grpo_advantages(rewards_R: Array, g: GroupStats, std_eps: float) -> Array:
+  # Population std (ddof=0): a binary-reward group with success rate p gets advantages
+  # (r - p) / sqrt(p (1 - p)), e.g. exactly +-1 for a G=2 group with one success; and it is
+  # defined for every group size (ddof=1 would divide by zero at size 1).
+  std_R = jnp.sqrt(g.sq_dev_sum_R / jnp.maximum(g.count_R, 1.0))
+  return (rewards_R - g.mean_R) / (std_R + std_eps)
+
+
+def _dr_grpo_advantages(rewards_R: Array, g: GroupStats, std_eps: float) -> Array:
+  del std_eps
+  return rewards_R - g.mean_R
+
+
+def _rloo_advantages(rewards_R: Array, g: GroupStats, std_eps: float) -> Array:
+  del std_eps
+  others_R = jnp.maximum(g.count_R - 1.0, 1.0)
+  leave_one_out_mean_R = (g.sum_R - rewards_R) / others_R
+  return jnp.where(g.count_R > 1.0, rewards_R - leave_one_out_mean_R, 0.0)
+
+
+AdvantageEstimator = Callable[[Array, GroupStats, float], Array]
+
+# name -> fn(rewards_R, group_stats, std_eps) -> advantages_R. All-equal groups and padding
+# rows are zeroed by `compute_advantages`, so estimators need not handle them.
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
+    'grpo': _grpo_advantages,  # (r - mean) / (std_ddof0 + eps)
+    'dr_grpo': _dr_grpo_advantages,  # r - mean
+    'rloo': _rloo_advantages,  # r - mean of the other group members
+}
+
+
+def compute_advantages(
+    rewards_R: Array,
+    group_id_R: Array,
+    valid_R: Array,
+    num_groups: int,
+    estimator: str = 'grpo',
+    std_eps: float = 1e-6,
+) -> tuple[Array, dict[str, Array]]:
+  """Group-relative advantages for a batch of R rows.
+
+  Args:
+    rewards_R: float rewards, one per row (cast to float32).
+    group_id_R: int group index per row in [0, num_groups). Rows of one group need not be
+      contiguous; padding rows may carry any id. An out-of-range id on a valid row is a
+      caller bug that this function cannot see under jit.
+    valid_R: bool; False marks a padding row (advantage 0, counts nowhere).
+    num_groups: static upper bound on the number of groups (e.g. R).
+    estimator: a key of `ADVANTAGE_ESTIMATORS`: 'grpo' | 'dr_grpo' | 'rloo'.
+    std_eps: added to the group std by 'grpo'.
+
+  Returns:
+    advantages_R (float32; exactly 0.0 for padding rows, size-1 groups and groups whose
+    valid rewards are bitwise equal) and a dict of float32 scalars: frac_zero_std,
+    num_valid_groups, num_valid_rows, reward_mean, advantage_{mean,std,min,max} (all over
+    valid rows / groups with at least one valid row; 0 when there are none).
+  """
+  if estimator not in ADVANTAGE_ESTIMATORS:
+    raise ValueError(
+        f'estimator={estimator!r} is unknown; use one of {sorted(ADVANTAGE_ESTIMATORS)}.')
+  if not isinstance(num_groups, int) or num_groups < 1:
+    raise ValueError(
+        f'num_groups={num_groups!r} must be a static Python int >= 1 (e.g. the row count R).')
+  rewards_R = jnp.asarray(rewards_R, jnp.float32)
+  group_id_R = jnp.asarray(group_id_R)
+  valid_R = jnp.asarray(valid_R, bool)
+  if rewards_R.ndim != 1 or group_id_R.shape != rewards_R.shape or (
+      valid_R.shape != rewards_R.shape):
+    raise ValueError(
+        f'rewards_R {rewards_R.shape}, group_id_R {group_id_R.shape} and valid_R '
+        f'{valid_R.shape} must all be the same 1-D shape [R].')
+
+  valid_f_R = valid_R.astype(jnp.float32)
+  # Padding rows go to an extra dump segment `num_groups`, so they touch no real group.
+  seg_R = jnp.where(valid_R, group_id_R.astype(jnp.int32), num_groups)
+  num_segments = num_groups + 1
+
+  def seg_sum(x_R):
+    return jax.ops.segment_sum(x_R, seg_R, num_segments)
+
+  # where(), not multiply: a padding row's reward may be NaN garbage.
+  rewards_R = jnp.where(valid_R, rewards_R, 0.0)
+  count_S = seg_sum(valid_f_R)
+  sum_S = seg_sum(rewards_R)
+  mean_S = sum_S / jnp.maximum(count_S, 1.0)
+  dev_R = rewards_R - mean_S[seg_R]
+  sq_dev_sum_S = seg_sum(dev_R * dev_R)
+  # Exact equality, not std > 0: float noise in the mean must not turn an all-equal group
+  # into a tiny nonzero signal.
+  max_S = jax.ops.segment_max(rewards_R, seg_R, num_segments)
+  min_S = jax.ops.segment_min(rewards_R, seg_R, num_segments)
+  exists_S = count_S > 0
+  all_equal_S = exists_S & (max_S == min_S)
+
+  group = GroupStats(
+      count_R=count_S[seg_R], sum_R=sum_S[seg_R], mean_R=mean_S[seg_R],
+      sq_dev_sum_R=sq_dev_sum_S[seg_R])
+  raw_R = ADVANTAGE_ESTIMATORS[estimator](rewards_R, group, std_eps)
+  advantages_R = jnp.where(valid_R & ~all_equal_S[seg_R], raw_R, 0.0)
+
+  real_S = jnp.arange(num_segments) < num_groups
+  num_valid_groups = jnp.sum(exists_S & real_S).astype(jnp.float32)
+  num_zero_std = jnp.sum(all_equal_S & real_S).astype(jnp.float32)
+  num_rows = jnp.sum(valid_f_R)
+  safe_rows = jnp.maximum(num_rows, 1.0)
+  adv_mean = jnp.sum(advantages_R) / safe_rows
+  adv_var = jnp.sum(((advantages_R - adv_mean) * valid_f_R) ** 2) / safe_rows
+  any_row = num_rows > 0
+  stats = {
+      'frac_zero_std': num_zero_std / jnp.maximum(num_valid_groups, 1.0),
+      'num_valid_groups': num_valid_groups,
+      'num_valid_rows': num_rows,
+      'reward_mean': jnp.sum(rewards_R) / safe_rows,
+      'advantage_mean': adv_mean,
+      'advantage_std': jnp.sqrt(adv_var),
+      'advantage_min': jnp.where(any_row, jnp.min(jnp.where(valid_R, advantages_R, jnp.inf)), 0.0),
+      'advantage_max': jnp.where(any_row, jnp.max(jnp.where(valid_R, advantages_R, -jnp.inf)), 0.0),
+  }
+  return advantages_R, stats
+
+
+# --------------------------------------------------------------------------- log-probs
+
+
+LogitsFn = Callable[[Array, Array], Array]
+
+
+def _default_logits(hidden_BxCxD: Array, head_DxV: Array) -> Array:
+  return jnp.einsum('bcd,dv->bcv', hidden_BxCxD, head_DxV, preferred_element_type=jnp.float32)
+
+
+def token_logprobs(
+    hidden_BxTxD: Array,
+    embed_or_head_DxV: Array,
+    targets_BxT: Array,
+    chunk_size: int = 0,
+    logits_fn: LogitsFn | None = None,
+) -> tuple[Array, Array]:
+  """Log-prob of each target token and entropy of each predictive distribution.
+
+  Args:
+    hidden_BxTxD: final hidden states; position t predicts targets_BxT[:, t].
+    embed_or_head_DxV: output projection [D, V] (for tied embeddings pass embed_VxD.T, or
+      pass the [V, D] table with a `logits_fn` that contracts it).
+    targets_BxT: int token ids.
+    chunk_size: static; positions per chunk (0 = one chunk of all T). T need not be a
+      multiple: the last chunk is padded internally and the padding dropped.
+    logits_fn: optional fn(hidden_BxCxD, embed_or_head) -> logits_BxCxV, e.g. for logit
+      soft-capping or a [V, D] table; the default is hidden @ head.
+
+  Returns:
+    (logp_BxT, entropy_BxT), both float32. The softmax runs in float32; with chunking
+    only a [B, chunk, V] block of logits exists at a time, and each chunk is rematerialised
+    in the backward pass so gradients do not store [B, T, V] either.
+  """
+  if not isinstance(chunk_size, int) or chunk_size < 0:
+    raise ValueError(f'chunk_size={chunk_size!r} must be a static int >= 0 (0 = no chunking).')
+  if hidden_BxTxD.ndim != 3 or targets_BxT.shape != hidden_BxTxD.shape[:2]:
+    raise ValueError(
+        f'hidden_BxTxD {hidden_BxTxD.shape} and targets_BxT {targets_BxT.shape} must be '
+        f'[B, T, D] and [B, T].')
+  logits_fn = logits_fn or _default_logits
+
+  def chunk_stats(hidden_BxCxD, targets_BxC):
+    logits_BxCxV = logits_fn(hidden_BxCxD, embed_or_head_DxV).astype(jnp.float32)
+    logp_BxCxV = jax.nn.log_softmax(logits_BxCxV, axis=-1)
+    logp_BxC = jnp.take_along_axis(logp_BxCxV, targets_BxC[..., None], axis=-1)[..., 0]
+    p_BxCxV = jnp.exp(logp_BxCxV)
+    # where(): a masked vocab entry (logit -inf) has p = 0 and must add 0, not 0 * -inf.
+    entropy_BxC = -jnp.sum(p_BxCxV * jnp.where(p_BxCxV > 0, logp_BxCxV, 0.0), axis=-1)
+    return logp_BxC, entropy_BxC
+
+  B, T, D = hidden_BxTxD.shape
+  if chunk_size == 0 or chunk_size >= T:
+    return chunk_stats(hidden_BxTxD, targets_BxT)
+
+  n = -(-T // chunk_size)
+  pad = n * chunk_size - T
+  hidden_BxPxD = jnp.pad(hidden_BxTxD, ((0, 0), (0, pad), (0, 0)))
+  targets_BxP = jnp.pad(targets_BxT, ((0, 0), (0, pad)))
+  hidden_NxBxCxD = hidden_BxPxD.reshape(B, n, chunk_size, D).transpose(1, 0, 2, 3)
+  targets_NxBxC = targets_BxP.reshape(B, n, chunk_size).transpose(1, 0, 2)
+  logp_NxBxC, entropy_NxBxC = jax.lax.map(
+      jax.checkpoint(lambda xs: chunk_stats(*xs)), (hidden_NxBxCxD, targets_NxBxC))
+
+  def unchunk(x_NxBxC):
+    return x_NxBxC.transpose(1, 0, 2).reshape(B, n * chunk_size)[:, :T]
+
+  return unchunk(logp_NxBxC), unchunk(entropy_NxBxC)
+
+
+# --------------------------------------------------------------------------- policy loss
+
+
+def _kl_k1(logp_RxT: Array, ref_logp_RxT: Array) -> Array:
+  return logp_RxT - ref_logp_RxT
+
+
+def _kl_k3(logp_RxT: Array, ref_logp_RxT: Array) -> Array:
+  # Schulman's k3: unbiased for KL(pi || ref) under samples from pi, and always >= 0.
+  log_r_RxT = ref_logp_RxT - logp_RxT
+  return jnp.exp(log_r_RxT) - log_r_RxT - 1.0
+
+
+KL_FORMS: dict[str, Callable[[Array, Array], Array]] = {'k1': _kl_k1, 'k3': _kl_k3}
+
+
+class LossAggregation(NamedTuple):
+  """How per-token losses become (sum, denominator); every sum is a sum over rows."""
+
+  row_sum: Callable[[Array, Array, int], Array]  # (loss_RxT*mask, mask_RxT, max_new) -> [R]
+  denominator: Callable[[Array, Array], Array]  # (mask_RxT, valid_f_R) -> scalar
+
+
+LOSS_AGGREGATIONS: dict[str, LossAggregation] = {
+    # DAPO: mean over all valid completion tokens in the (global) batch.
+    'token_mean': LossAggregation(
+        row_sum=lambda l_RxT, m_RxT, max_new: jnp.sum(l_RxT, axis=-1),
+        denominator=lambda m_RxT, v_R: jnp.sum(m_RxT)),
+    # GRPO: mean over valid sequences of each sequence's token mean.
+    'seq_mean_token_mean': LossAggregation(
+        row_sum=lambda l_RxT, m_RxT, max_new: (
+            jnp.sum(l_RxT, axis=-1) / jnp.maximum(jnp.sum(m_RxT, axis=-1), 1.0)),
+        denominator=lambda m_RxT, v_R: jnp.sum(v_R)),
+    # Dr. GRPO: each sequence's token sum over the constant max_new_tokens, mean over sequences.
+    'seq_mean_token_sum_norm': LossAggregation(
+        row_sum=lambda l_RxT, m_RxT, max_new: jnp.sum(l_RxT, axis=-1) / max_new,
+        denominator=lambda m_RxT, v_R: jnp.sum(v_R)),
+}
+
+
+def _check_loss_agg(loss_agg: str, max_new_tokens: int) -> LossAggregation:
+  if loss_agg not in LOSS_AGGREGATIONS:
+    raise ValueError(f'loss_agg={loss_agg!r} is unknown; use one of {sorted(LOSS_AGGREGATIONS)}.')
+  if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+    raise ValueError(
+        f'max_new_tokens={max_new_tokens!r} must be a static int >= 1 (the sampler length).')
+  return LOSS_AGGREGATIONS[loss_agg]
+
+
+def _token_mask(completion_mask_RxT: Array, valid_R: Array) -> Array:
+  return jnp.asarray(completion_mask_RxT, jnp.float32) * jnp.asarray(valid_R, jnp.float32)[:, None]
+
+
+def loss_denominator(
+    completion_mask_RxT: Array, valid_R: Array, loss_agg: str, max_new_tokens: int = 1,
+) -> Array:
+  """The denominator of `loss_agg`; compute it once on the FULL batch for micro-batching.
+
+  token_mean: number of valid completion tokens; the sequence modes: number of valid rows
+  (a valid row with an empty completion mask still counts, contributing 0 to the sum).
+  Divide by jnp.maximum(denominator, 1.0) so an all-padding batch gives loss 0, not NaN.
+  """
+  agg = _check_loss_agg(loss_agg, max_new_tokens)
+  mask_RxT = _token_mask(completion_mask_RxT, valid_R)
+  return agg.denominator(mask_RxT, jnp.asarray(valid_R, jnp.float32))
+
+
+def policy_loss(
+    logp_RxT: Array,
+    old_logp_RxT: Array,
+    advantages_R: Array,
+    completion_mask_RxT: Array,
+    valid_R: Array,
+    *,
+    clip_eps_low: float,
+    clip_eps_high: float,
+    logratio_clamp: float,
+    loss_agg: str,
+    max_new_tokens: int,
+    kl_coef: float = 0.0,
+    ref_logp_RxT: Array | None = None,
+    kl_form: str = 'k3',
+    entropy_RxT: Array | None = None,
+) -> tuple[Array, Array, dict[str, Array]]:
+  """PPO-clipped policy-gradient loss (+ optional KL to a reference) as (sum, denominator).
+
+  Per token: ratio = exp(clip(logp - old_logp, -logratio_clamp, logratio_clamp)) (the
+  clamp keeps exp finite; beyond it the token gets no gradient), loss = -min(ratio * A,
+  clip(ratio, 1 - clip_eps_low, 1 + clip_eps_high) * A) + kl_coef * kl(logp, ref_logp).
+  Tokens count where completion_mask_RxT and valid_R are both true.
+
+  KL is added when ref_logp_RxT is given (kl_coef may then be traced); kl_coef == 0.0 as a
+  Python number skips it. kl_form: 'k1' = logp - ref, 'k3' = exp(ref - logp) - (ref - logp) - 1.
+
+  Returns:
+    loss_sum: sum over rows of the `loss_agg` numerator; final loss = loss_sum / denom.
+    loss_denom: this batch's denominator (= `loss_denominator` of these rows). Under
+      micro-batching, divide each micro-batch's loss_sum by the full batch's denominator.
+    metrics: sums, counts, max and min (gradient-stopped) that combine exactly across
+      micro-batches with `merge_loss_metrics`; `finalize_loss_metrics` turns them into means.
+  """
+  agg = _check_loss_agg(loss_agg, max_new_tokens)
+  if kl_form not in KL_FORMS:
+    raise ValueError(f'kl_form={kl_form!r} is unknown; use one of {sorted(KL_FORMS)}.')
+  kl_is_zero = isinstance(kl_coef, (int, float)) and kl_coef == 0.0
+  if ref_logp_RxT is None and not kl_is_zero:
+    raise ValueError(f'kl_coef={kl_coef!r} needs ref_logp_RxT; pass it or set kl_coef=0.0.')
+  use_kl = ref_logp_RxT is not None and not kl_is_zero
+
+  logp_RxT = jnp.asarray(logp_RxT, jnp.float32)
+  old_logp_RxT = jnp.asarray(old_logp_RxT, jnp.float32)
+  valid_f_R = jnp.asarray(valid_R, jnp.float32)
+  mask_RxT = _token_mask(completion_mask_RxT, valid_R)
+  adv_Rx1 = jnp.asarray(advantages_R, jnp.float32)[:, None]
+
+  log_ratio_RxT = logp_RxT - old_logp_RxT
+  ratio_RxT = jnp.exp(jnp.clip(log_ratio_RxT, -logratio_clamp, logratio_clamp))
+  clipped_ratio_RxT = jnp.clip(ratio_RxT, 1.0 - clip_eps_low, 1.0 + clip_eps_high)
+  pg_RxT = -jnp.minimum(ratio_RxT * adv_Rx1, clipped_ratio_RxT * adv_Rx1)
+  token_loss_RxT = pg_RxT
+  if use_kl:
+    kl_RxT = KL_FORMS[kl_form](logp_RxT, jnp.asarray(ref_logp_RxT, jnp.float32))
+    token_loss_RxT = token_loss_RxT + kl_coef * kl_RxT
+
+  # where(), not multiply: a padding token holding inf/NaN garbage must not leak into sums.
+  masked_loss_RxT = jnp.where(mask_RxT > 0, token_loss_RxT, 0.0)
+  loss_sum = jnp.sum(jnp.where(valid_f_R > 0, agg.row_sum(masked_loss_RxT, mask_RxT,
+                                                           max_new_tokens), 0.0))
+  loss_denom = agg.denominator(mask_RxT, valid_f_R)
+
+  sg = jax.lax.stop_gradient
+  on_RxT = mask_RxT > 0
+
+  def masked_sum(x_RxT):
+    return jnp.sum(jnp.where(on_RxT, sg(x_RxT), 0.0))
+
+  metrics = {
+      'token_count': jnp.sum(mask_RxT),
+      'seq_count': jnp.sum(valid_f_R),
+      'clip_low_sum': masked_sum(((ratio_RxT < 1.0 - clip_eps_low) & (adv_Rx1 < 0)).astype(
+          jnp.float32)),
+      'clip_high_sum': masked_sum(((ratio_RxT > 1.0 + clip_eps_high) & (adv_Rx1 > 0)).astype(
+          jnp.float32)),
+      # k2 = 0.5 (log new - log old)^2 on the unclamped log-ratio: finite for any ratio.
+      'approx_kl_sum': masked_sum(0.5 * log_ratio_RxT ** 2),
+      'ratio_sum': masked_sum(ratio_RxT),
+      'ratio_max': jnp.max(jnp.where(on_RxT, sg(ratio_RxT), -jnp.inf)),
+      'ratio_min': jnp.min(jnp.where(on_RxT, sg(ratio_RxT), jnp.inf)),
+      'pg_loss_sum': masked_sum(pg_RxT),
+  }
+  if use_kl:
+    metrics['kl_sum'] = masked_sum(kl_RxT)
+  if entropy_RxT is not None:
+    metrics['entropy_sum'] = masked_sum(jnp.asarray(entropy_RxT, jnp.float32))
+  return loss_sum, loss_denom, metrics
+
+
+def merge_loss_metrics(a: dict[str, Array], b: dict[str, Array]) -> dict[str, Array]:
+  """Combines two micro-batches' `policy_loss` metrics: *_max by max, *_min by min, else add."""
+  if a.keys() != b.keys():
+    raise ValueError(f'metric keys differ: {sorted(a)} vs {sorted(b)}; use the same KL/entropy '
+                     f'arguments for every micro-batch.')
+  merged = {}
+  for key, value in a.items():
+    if key.endswith('_max'):
+      merged[key] = jnp.maximum(value, b[key])
+    elif key.endswith('_min'):
+      merged[key] = jnp.minimum(value, b[key])
+    else:
+      merged[key] = value + b[key]
+  return merged
+
+
+def finalize_loss_metrics(metrics: dict[str, Array]) -> dict[str, Array]:
+  """Token means from (merged) `policy_loss` metrics: clip_frac_low/high, approx_kl,
+  ratio_mean/max/min, pg_loss_token_mean, and kl_mean / entropy_mean when present."""
+  tokens = metrics['token_count']
+  safe_tokens = jnp.maximum(tokens, 1.0)
+  any_token = tokens > 0
+  out = {
+      'clip_frac_low': metrics['clip_low_sum'] / safe_tokens,
+      'clip_frac_high': metrics['clip_high_sum'] / safe_tokens,
+      'approx_kl': metrics['approx_kl_sum'] / safe_tokens,
+      'ratio_mean': metrics['ratio_sum'] / safe_tokens,
+      'ratio_max': jnp.where(any_token, metrics['ratio_max'], 0.0),
+      'ratio_min': jnp.where(any_token, metrics['ratio_min'], 0.0),
+      'pg_loss_token_mean': metrics['pg_loss_sum'] / safe_tokens,
+      'token_count': tokens,
+      'seq_count': metrics['seq_count'],
+  }
+  if 'kl_sum' in metrics:
+    out['kl_mean'] = metrics['kl_sum'] / safe_tokens
+  if 'entropy_sum' in metrics:
+    out['entropy_mean'] = metrics['entropy_sum'] / safe_tokens
+  return out

@@ -1,0 +1,235 @@
+"""The jitted, sharded policy update: optimizer, train state, rollout-batch layout, step.
+
+A rollout batch is always `[R, T]` tokens (T = max_prompt_len + max_new_tokens: prompt
+left-padded to max_prompt_len, completion right after) plus `group_id[R]`, `valid[R]`,
+rewards and behaviour log-probs. Group sizes live only in `group_id`, so one compilation
+serves every batch of the run; `Learner.compile_count` proves it.
+
+Token t's log-prob is read from hidden state t-1, so the per-token arrays the loss sees
+are `[R, T-1]` ("target" positions).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh
+
+from sgpo_jax import grpo
+from sgpo_jax import model as model_lib
+from sgpo_jax import sharding as sharding_lib
+
+
+class NonFiniteError(FloatingPointError):
+  """Loss or gradients became NaN/Inf; the run stops and the last checkpoint stays intact."""
+
+
+def make_optimizer(train_config, num_steps: int) -> optax.GradientTransformation:
+  lr, warmup = float(train_config.learning_rate), int(train_config.warmup_steps)
+  if train_config.schedule == 'cosine':
+    schedule = optax.warmup_cosine_decay_schedule(0.0, lr, max(warmup, 1), max(num_steps, warmup + 1))
+  elif train_config.schedule == 'constant':
+    schedule = optax.join_schedules(
+        [optax.linear_schedule(0.0, lr, max(warmup, 1)), optax.constant_schedule(lr)],
+        [max(warmup, 1)]) if warmup > 0 else optax.constant_schedule(lr)
+  else:
+    raise ValueError(f'train.schedule={train_config.schedule!r}: use constant or cosine.')
+  parts = []
+  if train_config.grad_clip > 0:
+    parts.append(optax.clip_by_global_norm(float(train_config.grad_clip)))
+  parts.append(optax.adamw(schedule, weight_decay=float(train_config.weight_decay)))
+  return optax.chain(*parts)
+
+
+def layout_batch(prompts: list[list[int]], completions_RxN: np.ndarray, mask_RxN: np.ndarray,
+                 logprobs_RxN: np.ndarray, max_prompt_len: int, pad_id: int) -> dict[str, np.ndarray]:
+  """Rows of (prompt tokens, sampled completion) -> the fixed [R, T] train layout.
+
+  Returns tokens_RxT, mask_RxT (real tokens), and on target positions [R, T-1]:
+  completion_mask and behaviour log-probs.
+  """
+  rows, n_new = completions_RxN.shape
+  t_len = max_prompt_len + n_new
+  tokens = np.full((rows, t_len), pad_id, np.int32)
+  mask = np.zeros((rows, t_len), np.int32)
+  for r, prompt in enumerate(prompts):
+    tokens[r, max_prompt_len - len(prompt):max_prompt_len] = prompt
+    mask[r, max_prompt_len - len(prompt):max_prompt_len] = 1
+  tokens[:, max_prompt_len:] = completions_RxN
+  mask[:, max_prompt_len:] = mask_RxN
+  completion_mask = np.zeros((rows, t_len - 1), np.int32)
+  completion_mask[:, max_prompt_len - 1:] = mask_RxN
+  old_logp = np.zeros((rows, t_len - 1), np.float32)
+  old_logp[:, max_prompt_len - 1:] = np.where(mask_RxN > 0, logprobs_RxN, 0.0)
+  return dict(tokens_RxT=tokens, mask_RxT=mask, completion_mask_RxT1=completion_mask,
+              old_logp_RxT1=old_logp)
+
+
+@dataclasses.dataclass
+class LossSettings:
+  advantage: str
+  std_eps: float
+  loss_agg: str
+  clip_eps_low: float
+  clip_eps_high: float
+  logratio_clamp: float
+  kl_coef: float
+  kl_form: str
+  logprob_chunk: int
+  micro_batches: int
+  max_new_tokens: int
+  temperature: float
+
+  @classmethod
+  def from_config(cls, config) -> 'LossSettings':
+    t = config.train
+    return cls(advantage=t.advantage, std_eps=float(t.std_eps), loss_agg=t.loss_agg,
+               clip_eps_low=float(t.clip_eps_low), clip_eps_high=float(t.clip_eps_high),
+               logratio_clamp=float(t.logratio_clamp), kl_coef=float(t.kl_coef),
+               kl_form=t.kl_form, logprob_chunk=int(t.logprob_chunk),
+               micro_batches=int(t.micro_batches), max_new_tokens=int(config.sampling.max_new_tokens),
+               temperature=float(config.sampling.temperature) or 1.0)
+
+
+def sequence_logprobs(model: model_lib.Transformer, params, tokens_RxT, mask_RxT,
+                      temperature: float, chunk: int):
+  """Log-prob (and entropy) of every next token under temperature-scaled logits: [R, T-1]."""
+  cfg = model.cfg
+  inputs, targets = tokens_RxT[:, :-1], tokens_RxT[:, 1:]
+  in_mask = mask_RxT[:, :-1]
+  hidden, _ = model.apply({'params': params}, inputs, model_lib.positions_from_mask(in_mask),
+                          in_mask.astype(bool))
+  head_DxV = model_lib.lm_head_DxV(params, cfg).astype(jnp.dtype(cfg.dtype))
+  return grpo.token_logprobs(hidden / temperature, head_DxV, targets, chunk)
+
+
+class Learner:
+  """Owns the optimizer and the jitted train / log-prob functions on one mesh."""
+
+  def __init__(self, cfg: model_lib.ModelConfig, mesh: Mesh, param_shardings, config,
+               num_steps: int):
+    self.cfg, self.mesh, self.config = cfg, mesh, config
+    self.model = model_lib.Transformer(cfg)
+    self.settings = LossSettings.from_config(config)
+    self.optimizer = make_optimizer(config.train, num_steps)
+    self.param_shardings = param_shardings
+    self.traces = 0
+    self.logprob_traces = 0
+    self._state_shardings = None
+    self._train_jit = None
+    self._logprob_jit = jax.jit(
+        self._logprobs, in_shardings=(param_shardings, sharding_lib.batch_sharding(mesh, 2),
+                                      sharding_lib.batch_sharding(mesh, 2)),
+        out_shardings=sharding_lib.batch_sharding(mesh, 2))
+
+  @property
+  def compile_count(self) -> int:
+    return self.traces
+
+  def init_state(self, params) -> dict[str, Any]:
+    opt_state = jax.jit(self.optimizer.init)(params)
+    state = {'params': params, 'opt_state': opt_state}
+    self._build(state)
+    return state
+
+  def state_shardings(self, state) -> Any:
+    return jax.tree.map(lambda x: x.sharding, state)
+
+  def _build(self, state) -> None:
+    self._state_shardings = self.state_shardings(state)
+    b1 = sharding_lib.batch_sharding(self.mesh, 1)
+    b2 = sharding_lib.batch_sharding(self.mesh, 2)
+    batch_shardings = dict(tokens_RxT=b2, mask_RxT=b2, completion_mask_RxT1=b2, old_logp_RxT1=b2,
+                           ref_logp_RxT1=b2, rewards_R=b1, group_id_R=b1, valid_R=b1)
+    self._batch_keys = tuple(batch_shardings)
+    self._train_jit = jax.jit(
+        self._train_step, in_shardings=(self._state_shardings, batch_shardings),
+        out_shardings=(self._state_shardings, sharding_lib.replicated(self.mesh)),
+        donate_argnums=(0,))
+
+  def _logprobs(self, params, tokens_RxT, mask_RxT):
+    self.logprob_traces += 1
+    s = self.settings
+    logp, _ = sequence_logprobs(self.model, params, tokens_RxT, mask_RxT, s.temperature,
+                                s.logprob_chunk)
+    return logp
+
+  def logprobs(self, params, tokens_RxT: np.ndarray, mask_RxT: np.ndarray):
+    """Per-target-token log-probs [R, T-1] (old-policy recompute, reference policy)."""
+    tokens, mask = sharding_lib.shard_batch(self.mesh, (tokens_RxT, mask_RxT))
+    return self._logprob_jit(params, tokens, mask)
+
+  def _loss(self, params, mb, denom, advantages_R):
+    s = self.settings
+    logp, entropy = sequence_logprobs(self.model, params, mb['tokens_RxT'], mb['mask_RxT'],
+                                      s.temperature, s.logprob_chunk)
+    use_kl = s.kl_coef > 0
+    loss_sum, _, metrics = grpo.policy_loss(
+        logp, mb['old_logp_RxT1'], advantages_R, mb['completion_mask_RxT1'], mb['valid_R'],
+        clip_eps_low=s.clip_eps_low, clip_eps_high=s.clip_eps_high,
+        logratio_clamp=s.logratio_clamp, loss_agg=s.loss_agg, max_new_tokens=s.max_new_tokens,
+        kl_coef=s.kl_coef if use_kl else 0.0,
+        ref_logp_RxT=mb['ref_logp_RxT1'] if use_kl else None, kl_form=s.kl_form,
+        entropy_RxT=entropy)
+    return loss_sum / jnp.maximum(denom, 1.0), metrics
+
+  def _train_step(self, state, batch):
+    self.traces += 1
+    s = self.settings
+    rows = batch['rewards_R'].shape[0]
+    advantages_R, adv_stats = grpo.compute_advantages(
+        batch['rewards_R'], batch['group_id_R'], batch['valid_R'], rows, s.advantage, s.std_eps)
+    denom = grpo.loss_denominator(batch['completion_mask_RxT1'], batch['valid_R'], s.loss_agg,
+                                  s.max_new_tokens)
+    grad_fn = jax.value_and_grad(self._loss, has_aux=True)
+    n_mb = s.micro_batches
+    if n_mb == 1:
+      (loss, metrics), grads = grad_fn(state['params'], batch, denom, advantages_R)
+    else:
+      # Rows are split into micro-batches (never tokens of a row); sums stay exact because
+      # every micro-batch divides by the full batch's denominator.
+      split = lambda x: x.reshape((n_mb, rows // n_mb) + x.shape[1:])  # noqa: E731
+      mbs = jax.tree.map(split, batch)
+      adv_mbs = split(advantages_R)
+
+      def accumulate(carry, xs):
+        mb, adv = xs
+        (loss_i, metrics_i), grads_i = grad_fn(state['params'], mb, denom, adv)
+        g_acc, l_acc, m_acc = carry
+        g_acc = jax.tree.map(jnp.add, g_acc, grads_i)
+        m_acc = metrics_i if m_acc is None else grpo.merge_loss_metrics(m_acc, metrics_i)
+        return (g_acc, l_acc + loss_i, m_acc), None
+
+      first = jax.tree.map(lambda x: x[0], (mbs, adv_mbs))
+      (loss0, metrics0), grads0 = grad_fn(state['params'], first[0], denom, first[1])
+      rest = jax.tree.map(lambda x: x[1:], (mbs, adv_mbs))
+      (grads, loss, metrics), _ = jax.lax.scan(accumulate, (grads0, loss0, metrics0), rest)
+    updates, opt_state = self.optimizer.update(grads, state['opt_state'], state['params'])
+    params = optax.apply_updates(state['params'], updates)
+    out = dict(grpo.finalize_loss_metrics(metrics))
+    out.update({f'{k}': v for k, v in adv_stats.items()})
+    out['loss'] = loss
+    out['grad_norm'] = optax.global_norm(grads)
+    return {'params': params, 'opt_state': opt_state}, out
+
+  def train_step(self, state, batch_np: dict[str, np.ndarray]):
+    """One optimizer update on a host batch; raises NonFiniteError on NaN/Inf."""
+    batch_np = dict(batch_np)
+    if 'ref_logp_RxT1' not in batch_np:
+      batch_np['ref_logp_RxT1'] = np.zeros_like(batch_np['old_logp_RxT1'])
+    batch = sharding_lib.shard_batch(self.mesh, {k: batch_np[k] for k in self._batch_keys})
+    return self._train_jit(state, batch)
+
+
+def check_finite(metrics: dict[str, Any], step: int) -> None:
+  loss, grad_norm = float(metrics['loss']), float(metrics['grad_norm'])
+  if not (np.isfinite(loss) and np.isfinite(grad_norm)):
+    raise NonFiniteError(
+        f'step {step}: loss={loss} grad_norm={grad_norm} is not finite; the run stops here and '
+        'the last checkpoint is kept intact. Lower train.learning_rate, check rewards for '
+        'NaN, or set train.grad_clip.')

@@ -1,0 +1,113 @@
+"""Run outputs that record numbers: metrics.jsonl, TensorBoard events, JSON files.
+
+Only process 0 writes (`sharding.is_writer`). TensorBoard event files are written with
+tensorboardX, which needs no TensorFlow. On resume, `metrics.jsonl` is cut back to the
+restored step so a run killed between checkpoints never leaves duplicate or orphan steps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Iterable
+
+import numpy as np
+
+from sgpo_jax import sharding
+
+
+def to_jsonable(value: Any) -> Any:
+  if isinstance(value, dict):
+    return {str(k): to_jsonable(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [to_jsonable(v) for v in value]
+  if isinstance(value, (np.integer,)):
+    return int(value)
+  if isinstance(value, (np.floating, float)):
+    value = float(value)
+    return value if math.isfinite(value) else None
+  if isinstance(value, np.ndarray) or hasattr(value, 'shape'):
+    arr = np.asarray(value)
+    return to_jsonable(arr.item() if arr.ndim == 0 else arr.tolist())
+  return value
+
+
+def write_json(path: str, obj: Any) -> None:
+  if not sharding.is_writer():
+    return
+  tmp = path + '.tmp'
+  with open(tmp, 'w') as f:
+    json.dump(to_jsonable(obj), f, indent=2, sort_keys=True)
+  os.replace(tmp, path)
+
+
+def read_jsonl(path: str) -> list[dict]:
+  if not os.path.exists(path):
+    return []
+  rows = []
+  with open(path) as f:
+    for line in f:
+      line = line.strip()
+      if not line:
+        continue
+      try:
+        rows.append(json.loads(line))
+      except json.JSONDecodeError:
+        break  # a torn last line from a killed writer
+  return rows
+
+
+def truncate_jsonl(path: str, keep) -> list[dict]:
+  """Rewrites `path` keeping the rows for which keep(row) is true; returns them."""
+  rows = [r for r in read_jsonl(path) if keep(r)]
+  if sharding.is_writer() and os.path.exists(path):
+    tmp = path + '.tmp'
+    with open(tmp, 'w') as f:
+      for r in rows:
+        f.write(json.dumps(r) + '\n')
+    os.replace(tmp, path)
+  return rows
+
+
+class MetricsWriter:
+  """Appends one JSON line per step and mirrors scalars to TensorBoard."""
+
+  def __init__(self, workdir: str, resume_step: int | None = None):
+    self.path = os.path.join(workdir, 'metrics.jsonl')
+    self.rows: list[dict] = []
+    if resume_step is not None:
+      self.rows = truncate_jsonl(self.path, lambda r: r.get('step', 0) <= resume_step)
+    elif sharding.is_writer() and os.path.exists(self.path):
+      os.remove(self.path)
+    self._tb = None
+    if sharding.is_writer():
+      from tensorboardX import SummaryWriter
+      self._tb = SummaryWriter(os.path.join(workdir, 'tensorboard'))
+      self._file = open(self.path, 'a')
+
+  def write(self, row: dict) -> None:
+    row = to_jsonable(row)
+    self.rows.append(row)
+    if not sharding.is_writer():
+      return
+    self._file.write(json.dumps(row) + '\n')
+    self._file.flush()
+    step = int(row['step'])
+    for key, value in row.items():
+      if key != 'step' and isinstance(value, (int, float)) and not isinstance(value, bool):
+        self._tb.add_scalar(key, value, step)
+
+  def close(self) -> None:
+    if sharding.is_writer():
+      self._file.close()
+      self._tb.close()
+
+
+def append_jsonl(path: str, rows: Iterable[dict]) -> None:
+  if not sharding.is_writer():
+    return
+  with open(path, 'a') as f:
+    for r in rows:
+      f.write(json.dumps(to_jsonable(r)) + '\n')
+    f.flush()

@@ -1,0 +1,94 @@
+"""The sGPO profiling pass: k samples per training query under the initial policy -> p_hat.
+
+Results are appended to `profile.jsonl` as each chunk of queries finishes, so a killed
+pass resumes where it stopped and never re-samples a finished query (rows with a
+`n_correct` are final). After allocation `train.py` rewrites the file with each query's
+`group_size` and `phase` (design.md output contract).
+
+Row ids for the sampler's per-row RNG are `query_index * k + j`, so a query's samples do
+not depend on chunking or on which queries were already done.
+
+Standalone: `python -m sgpo_jax.profile --config configs/default.py --workdir DIR` (same as
+`sgpo_jax.main --stage profile`) builds the
+initial policy, profiles the pool, and writes profile.jsonl and plots/p_hat_histogram.png.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import jax
+import numpy as np
+from tqdm.auto import tqdm
+
+from sgpo_jax import metrics as metrics_lib
+from sgpo_jax.evaluate import count_generation, decode_rows
+from sgpo_jax.sampling import Sampler
+
+PROFILE_FILE = 'profile.jsonl'
+PROFILE_STREAM = 0x9F0F
+
+
+def read_profile(path: str) -> dict[int, dict]:
+  """Finished queries from a (partial) profile.jsonl: {pool index: row}."""
+  return {int(r['id']): r for r in metrics_lib.read_jsonl(path) if r.get('n_correct') is not None}
+
+
+def profile_queries(sampler: Sampler, params, queries: Sequence, tokenizer, reward_fn, *,
+                    num_samples: int, temperature: float, seed: int, path: str, ledger=None,
+                    queries_per_flush: int | None = None, show_progress: bool = True
+                    ) -> dict[str, np.ndarray]:
+  """Profiles every query not yet in `path`; returns arrays over the whole pool.
+
+  Returns {'query_index', 'n_samples', 'n_correct', 'p_hat'} ordered by pool index.
+  """
+  done = read_profile(path)
+  todo = [i for i in range(len(queries)) if i not in done]
+  rng = jax.random.fold_in(jax.random.key(seed), PROFILE_STREAM)
+  per_call = max(1, sampler.rows // num_samples)
+  per_flush = queries_per_flush or per_call * 8
+  bar = tqdm(total=len(queries), initial=len(done), desc='profile', unit='q',
+             disable=not show_progress)
+  start = time.time()
+  for chunk_start in range(0, len(todo), per_flush):
+    chunk = todo[chunk_start:chunk_start + per_flush]
+    prompts, row_ids, row_queries = [], [], []
+    for qi in chunk:
+      prompt = tokenizer.encode_prompt(queries[qi].prompt)
+      for j in range(num_samples):
+        prompts.append(prompt)
+        row_ids.append(qi * num_samples + j)
+        row_queries.append(queries[qi])
+    out = sampler.sample(params, prompts, row_ids, rng, temperature=temperature)
+    count_generation(ledger, 'profile', sampler, out, len(prompts))
+    rewards = reward_fn(decode_rows(tokenizer, out.tokens_RxN, out.mask_RxN), row_queries)
+    correct_QxK = (np.asarray(rewards) >= 1.0).reshape(len(chunk), num_samples)
+    rows = []
+    for qi, correct_K in zip(chunk, correct_QxK):
+      n_correct = int(correct_K.sum())
+      rows.append({'id': qi, 'n_samples': num_samples, 'n_correct': n_correct,
+                   'p_hat': n_correct / num_samples, 'group_size': None, 'phase': None})
+    metrics_lib.append_jsonl(path, rows)
+    done.update({r['id']: r for r in rows})
+    bar.update(len(chunk))
+    bar.set_postfix(q_per_s=f'{(chunk_start + len(chunk)) / max(time.time() - start, 1e-9):.1f}')
+  bar.close()
+  index = np.arange(len(queries))
+  n_samples = np.array([done[i]['n_samples'] for i in index], np.int64)
+  n_correct = np.array([done[i]['n_correct'] for i in index], np.int64)
+  return {'query_index': index, 'n_samples': n_samples, 'n_correct': n_correct,
+          'p_hat': n_correct / np.maximum(n_samples, 1)}
+
+
+def main(argv) -> None:
+  """`python -m sgpo_jax.profile --config ...`: the main job stopped after profiling."""
+  from sgpo_jax import main as main_lib
+  main_lib.FLAGS.stage = 'profile'
+  main_lib.main(argv)
+
+
+if __name__ == '__main__':
+  from absl import app
+  from sgpo_jax import main as _flags  # noqa: F401  (defines --config, --workdir, --stage)
+  app.run(main)

@@ -1,0 +1,114 @@
+"""What a person reads after a run: report.md and plots/*.png.
+
+Plots: p_hat and G histograms (sGPO), reward per step, eval accuracy vs cumulative FLOPs
+(profiling included, so the x axis is the honest cost of each point).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import matplotlib
+
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def _save(fig, path: str) -> None:
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def plot_profile(workdir: str, allocation) -> None:
+  plots = os.path.join(workdir, 'plots')
+  os.makedirs(plots, exist_ok=True)
+  fig, ax = plt.subplots(figsize=(5, 3.2))
+  n_samples = allocation.n_samples
+  k = int(n_samples.max()) if n_samples is not None and n_samples.size else 8
+  counts = np.bincount(np.rint(allocation.p_hat * k).astype(int), minlength=k + 1)
+  ax.bar([f'{i}/{k}' for i in range(k + 1)], counts, color='tab:blue')
+  ax.set_xlabel('p̂ (correct / samples) under the initial policy')
+  ax.set_ylabel('queries')
+  ax.set_title(f'Profile of {allocation.n_queries} training queries')
+  _save(fig, os.path.join(plots, 'p_hat_histogram.png'))
+
+  fig, ax = plt.subplots(figsize=(5, 3.2))
+  labels = ['dropped'] + [f'G={g}' for g in sorted(set(allocation.group_size.tolist()) - {0})]
+  values = [int(np.sum(allocation.group_size == 0))] + [
+      int(np.sum(allocation.group_size == int(lbl[2:]))) for lbl in labels[1:]]
+  ax.bar(labels, values, color=['tab:gray'] + ['tab:green'] * (len(labels) - 1))
+  ax.set_ylabel('queries')
+  ax.set_title('Group size per query (sGPO allocation)')
+  _save(fig, os.path.join(plots, 'group_size_histogram.png'))
+
+
+def plot_curves(workdir: str, rows: list[dict]) -> None:
+  plots = os.path.join(workdir, 'plots')
+  os.makedirs(plots, exist_ok=True)
+  steps = [r for r in rows if 'reward_mean' in r]
+  if steps:
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([r['step'] for r in steps], [r['reward_mean'] for r in steps], lw=1, label='batch reward')
+    ax.plot([r['step'] for r in steps], [r.get('frac_zero_std', np.nan) for r in steps], lw=1,
+            alpha=0.7, label='all-equal groups')
+    ax.set_xlabel('RL step')
+    ax.legend()
+    ax.set_title('Training reward per step')
+    _save(fig, os.path.join(plots, 'reward_per_step.png'))
+  evals = [r for r in rows if 'eval_accuracy' in r]
+  if evals:
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([r['flops_total'] for r in evals], [r['eval_accuracy'] for r in evals], 'o-')
+    ax.set_xlabel('cumulative FLOPs (profiling + rollouts + training)')
+    ax.set_ylabel('held-out greedy accuracy')
+    ax.set_title('Eval accuracy vs compute')
+    _save(fig, os.path.join(plots, 'eval_accuracy_vs_flops.png'))
+
+
+def _fmt(x: float) -> str:
+  return f'{x:.3g}'
+
+
+def write_report(workdir: str, summary: dict[str, Any], rows: list[dict], allocation) -> None:
+  plot_curves(workdir, rows)
+  f = summary['flops']
+  init, final = summary['eval_accuracy_initial'], summary['eval_accuracy_final']
+  lines = [
+      f"# Run report: {summary['method']} (seed {summary['seed']})", '',
+      f"Held-out greedy accuracy went from **{init:.1%}** to **{final:.1%}** "
+      f"({(final - init) * 100:+.1f} points) in {summary['steps']} RL steps and "
+      f"{summary['wall_seconds']:.0f} s of wall time.", '',
+      '## Compute (FLOPs, analytic; padding counted as computed)', '',
+      '| stage | FLOPs | share |', '|---|---|---|',
+  ]
+  total = max(f['total'], 1.0)
+  for stage in ('profile', 'rollout', 'reference', 'train'):
+    lines.append(f"| {stage} | {_fmt(f[stage])} | {f[stage] / total:.1%} |")
+  lines += [f"| **total** | {_fmt(f['total'])} | 100% |", '',
+            f"Useful (non-padding) FLOPs: {_fmt(f['useful_total'])}; eval (not in total): "
+            f"{_fmt(f['eval'])}. Mean padding fraction per batch: "
+            f"{summary['padding_fraction']:.1%}.", '',
+            f"Compilations: train step {summary['compiles']['train_step']}, sampler "
+            f"{summary['compiles']['sampler']}.", '']
+  init_info = summary.get('initial_policy', {})
+  if init_info:
+    lines += ['## Initial policy', '', f"Source: {init_info.get('source')}"
+              + (f", {init_info.get('steps')} SFT steps, cached={init_info.get('cached')}"
+                 if init_info.get('source') == 'warm_start' else '') + '.', '']
+  if allocation is not None:
+    p = summary['profile']
+    lines += ['## sGPO profile and allocation', '',
+              f"{p['n_queries']} training queries profiled. Dropped as trivial "
+              f"(p̂ > threshold): {p['n_trivial']}. Unsolved (p̂ = 0): {p['n_unsolved']}, of "
+              f"which {p['n_unsolved_kept']} kept. Prompts per schedule pass by group size: "
+              f"{p['group_size_histogram']}.", '',
+              '![p_hat](plots/p_hat_histogram.png) ![G](plots/group_size_histogram.png)', '']
+  if summary.get('stop_reason'):
+    lines += [f"Stopped: {summary['stop_reason']}.", '']
+  lines += ['## Curves', '', '![eval vs flops](plots/eval_accuracy_vs_flops.png)',
+            '![reward](plots/reward_per_step.png)', '']
+  with open(os.path.join(workdir, 'report.md'), 'w') as fh:
+    fh.write('\n'.join(lines))

@@ -1,0 +1,141 @@
+"""Early stopping for the trainer: refit the reward trajectory every few steps and stop
+once the upper confidence bound of the remaining gain to the plateau is below epsilon for
+every curve form the data still supports (AIC within AIC_SUPPORT of the best).
+
+Configured by `config.train.early_stop` (enabled, epsilon, min_fraction, confidence) and
+`config.train.num_steps`. `step` passed to `update` is the number of completed steps, so
+`num_steps - step` steps remain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Sequence
+
+from sgpo_jax.scaling_law.forecasting import Forecast, forecast
+from sgpo_jax.scaling_law.trajectory import DEFAULT_FORMS, FormPrior
+
+# Refits per run when refit_every is not given: cheap enough to ignore, frequent enough
+# that a stop comes at most 2% of the run late.
+DEFAULT_REFITS_PER_RUN = 50
+# Forms whose AIC is more than this above the best have essentially no support in the data
+# (Burnham & Anderson) and do not get a say in the stop decision.
+AIC_SUPPORT = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class StopDecision:
+  """The stopper's verdict at one refit step."""
+
+  should_stop: bool
+  reason: str  # human readable: fitted plateau, CI, remaining gain vs epsilon
+  step: int
+  predicted_plateau: float  # NaN when no fit was possible yet
+  plateau_ci: tuple[float, float]
+  remaining_gain_upper: float
+  predicted_plateau_step: float
+  flops_saved_estimate: float  # FLOPs per step so far × steps left; 0 when continuing
+
+
+def _config_field(config: Any, name: str) -> Any:
+  if isinstance(config, dict):
+    if name not in config:
+      raise ValueError(f'early_stop config lacks {name!r}; it needs enabled, epsilon, '
+                       'min_fraction and confidence')
+    return config[name]
+  if not hasattr(config, name):
+    raise ValueError(f'early_stop config lacks {name!r}; it needs enabled, epsilon, '
+                     'min_fraction and confidence')
+  return getattr(config, name)
+
+
+class EarlyStopper:
+  """Decides, from the reward trajectory so far, whether further steps can still pay off."""
+
+  def __init__(self, early_stop_config: Any, num_steps: int, *, refit_every: int | None = None,
+               forms: Sequence[str] = DEFAULT_FORMS, bounded: bool = True,
+               prior: FormPrior | None = None, n_samples: int = 200, seed: int = 0) -> None:
+    self.enabled = bool(_config_field(early_stop_config, 'enabled'))
+    self.epsilon = float(_config_field(early_stop_config, 'epsilon'))
+    self.min_fraction = float(_config_field(early_stop_config, 'min_fraction'))
+    self.confidence = float(_config_field(early_stop_config, 'confidence'))
+    if not num_steps > 0:
+      raise ValueError(f'num_steps={num_steps} must be > 0')
+    if not 0 <= self.min_fraction <= 1:
+      raise ValueError(f'early_stop.min_fraction={self.min_fraction} must be in [0, 1]')
+    if not self.epsilon > 0:
+      raise ValueError(f'early_stop.epsilon={self.epsilon} must be > 0')
+    if not 0 < self.confidence < 1:
+      raise ValueError(f'early_stop.confidence={self.confidence} must be in (0, 1)')
+    self.num_steps = int(num_steps)
+    self.refit_every = int(refit_every or max(1, num_steps // DEFAULT_REFITS_PER_RUN))
+    if self.refit_every < 1:
+      raise ValueError(f'refit_every={refit_every} must be >= 1')
+    self.forms, self.bounded, self.prior = tuple(forms), bounded, prior
+    self.n_samples, self.seed = n_samples, seed
+    self.steps: list[float] = []
+    self.rewards: list[float] = []
+    self._first_flops: tuple[int, float] | None = None
+    self._last_refit_step: int | None = None
+    self.last_forecast: Forecast | None = None
+
+  def _flops_per_step(self, step: int, flops_total: float) -> float:
+    # Differences exclude the one-off profiling FLOPs counted before the first RL step.
+    if self._first_flops is not None and step > self._first_flops[0]:
+      first_step, first_flops = self._first_flops
+      return (flops_total - first_flops) / (step - first_step)
+    return flops_total / max(step, 1)
+
+  def update(self, step: int, reward: float, flops_total: float) -> StopDecision | None:
+    """Records one step; returns a decision on refit steps, None otherwise or when disabled."""
+    if not self.enabled:
+      return None
+    self.steps.append(float(step))
+    self.rewards.append(float(reward))
+    if self._first_flops is None and math.isfinite(flops_total):
+      self._first_flops = (step, float(flops_total))
+    if step < self.min_fraction * self.num_steps:
+      return None
+    if self._last_refit_step is not None and step - self._last_refit_step < self.refit_every:
+      return None
+    self._last_refit_step = step
+    where = f'step {step}/{self.num_steps}'
+    candidates, failures = [], []
+    for form in (self.prior.form,) if self.prior is not None else self.forms:
+      try:
+        candidates.append(forecast(
+            self.steps, self.rewards, self.num_steps, forms=(form,), epsilon=self.epsilon,
+            confidence=self.confidence, bounded=self.bounded, prior=self.prior,
+            n_samples=self.n_samples, seed=self.seed))
+      except ValueError as error:
+        failures.append(str(error))
+    if not candidates:
+      nan = float('nan')
+      return StopDecision(False, f'continue at {where}: no trajectory fit yet '
+                          f"({'; '.join(failures)})", step, nan, (nan, nan), nan, nan, 0.0)
+    # Model uncertainty: a form picked by fit quality alone can flatten too early (a
+    # logistic fitted just past its knee), so every form the data still supports must agree.
+    best_aic = min(candidate.fit.aic for candidate in candidates)
+    supported = [candidate for candidate in candidates
+                 if not candidate.fit.aic - best_aic > AIC_SUPPORT]
+    result = max(supported, key=lambda candidate: candidate.remaining_gain_upper)
+    self.last_forecast = result
+    should_stop = result.remaining_gain_upper < self.epsilon
+    low, high = result.plateau_ci
+    percent = f'{self.confidence:.0%}'
+    cautious = f' (most cautious of {len(supported)} supported forms)' if len(supported) > 1 else ''
+    facts = (f'{result.form} fit{cautious}: plateau R_inf={result.predicted_plateau:.4f} '
+             f'({percent} CI {low:.4f}-{high:.4f}); remaining gain to plateau '
+             f'{result.remaining_gain:.4f}, upper bound {result.remaining_gain_upper:.4f} '
+             f"{'<' if should_stop else '>='} epsilon {self.epsilon:g}; predicted plateau "
+             f'step {result.predicted_plateau_step:.0f}')
+    flops_saved = 0.0
+    if should_stop:
+      steps_left = max(self.num_steps - step, 0)
+      flops_saved = max(self._flops_per_step(step, flops_total), 0.0) * steps_left
+      reason = f'stop at {where}: {facts}; ~{flops_saved:.3g} FLOPs saved'
+    else:
+      reason = f'continue at {where}: {facts}'
+    return StopDecision(should_stop, reason, step, result.predicted_plateau, result.plateau_ci,
+                        result.remaining_gain_upper, result.predicted_plateau_step, flops_saved)

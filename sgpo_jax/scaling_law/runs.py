@@ -1,0 +1,332 @@
+"""Run directories in and forecast reports out: reading metrics.jsonl/summary.json,
+forecasting each run from its prefix (alone, zero-shot from the joint law, and refined by
+the law), plotting, and writing synthetic runs for tests and dry runs.
+
+Keys read (first present wins):
+- model name: summary `model_name`, `model` (a string, or a dict's `name`), config.json
+  `model.name`, else the directory name.
+- model size N: summary `params_nonembed`, `model_params_nonembed`, `params`, or the same
+  keys inside a `model` dict; None when absent (the run is left out of the joint law).
+- planned steps: summary `num_steps`, config.json `train.num_steps`, summary `steps`,
+  else the last logged step.
+- the metric from each metrics.jsonl line that has a finite value for it, with `step` and
+  `flops_total`; for `eval_accuracy`, summary `eval_accuracy_initial` is added at step 0
+  when no step-0 eval was logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from sgpo_jax.scaling_law.forecasting import Forecast, forecast, forecast_zero_shot
+from sgpo_jax.scaling_law.joint_law import JointLaw, fit_joint_law
+from sgpo_jax.scaling_law.trajectory import (DEFAULT_FORMS, TrajectoryFit, fit_trajectory,
+                                             get_form, select_form)
+
+METRICS = ('reward_mean', 'eval_accuracy')
+# The noise-free forecast is compared with the mean of the last 5% of planned steps
+# rather than one noisy last point.
+ACTUAL_FINAL_WINDOW = 0.05
+R0_HEAD_POINTS = 3
+
+
+@dataclasses.dataclass
+class RunRecord:
+  """One run's metric trajectory and identity."""
+
+  run_dir: Path
+  name: str
+  model: str
+  params_nonembed: float | None
+  total_steps: int
+  metric: str
+  steps: np.ndarray
+  values: np.ndarray
+  flops_total: np.ndarray
+
+  @property
+  def r0(self) -> float:
+    """Initial reward: median of the first few logged values."""
+    return float(np.median(self.values[:R0_HEAD_POINTS]))
+
+  @property
+  def actual_final(self) -> float:
+    window_start = self.steps[-1] - ACTUAL_FINAL_WINDOW * self.total_steps
+    return float(np.mean(self.values[self.steps >= window_start]))
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+  if not path.exists():
+    return {}
+  with path.open() as handle:
+    return json.load(handle)
+
+
+def _first_number(sources: Sequence[dict[str, Any]], keys: Sequence[str]) -> float | None:
+  for source in sources:
+    for key in keys:
+      value = source.get(key)
+      if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+  return None
+
+
+def load_run(run_dir: str | Path, metric: str = 'reward_mean') -> RunRecord:
+  """Reads one run directory (see the module docstring for the keys used)."""
+  if metric not in METRICS:
+    raise ValueError(f'metric={metric!r} is not supported; use one of {METRICS}')
+  run_dir = Path(run_dir)
+  metrics_path = run_dir / 'metrics.jsonl'
+  if not metrics_path.exists():
+    raise ValueError(f'{metrics_path} does not exist; pass a run directory written by the trainer')
+  summary = _read_json(run_dir / 'summary.json')
+  config = _read_json(run_dir / 'config.json')
+  model_block = summary.get('model') if isinstance(summary.get('model'), dict) else {}
+  config_model = config.get('model') if isinstance(config.get('model'), dict) else {}
+  if isinstance(summary.get('model_name'), str):
+    model = summary['model_name']
+  elif isinstance(summary.get('model'), str):
+    model = summary['model']
+  else:
+    model = model_block.get('name') or config_model.get('name') or run_dir.name
+  size_keys = ('params_nonembed', 'model_params_nonembed', 'params')
+  params_nonembed = _first_number([summary, model_block], size_keys)
+
+  steps, values, flops = [], [], []
+  with metrics_path.open() as handle:
+    for number, line in enumerate(handle, 1):
+      if not line.strip():
+        continue
+      try:
+        row = json.loads(line)
+      except json.JSONDecodeError as error:
+        raise ValueError(f'{metrics_path}:{number} is not JSON ({error}); fix or drop the '
+                         'line') from error
+      value = row.get(metric)
+      if 'step' not in row or not isinstance(value, (int, float)) or not math.isfinite(value):
+        continue
+      steps.append(float(row['step']))
+      values.append(float(value))
+      flops.append(float(row.get('flops_total', float('nan'))))
+  initial = summary.get('eval_accuracy_initial')
+  if metric == 'eval_accuracy' and isinstance(initial, (int, float)) and 0.0 not in steps:
+    steps.insert(0, 0.0)
+    values.insert(0, float(initial))
+    flops.insert(0, float('nan'))
+  if not steps:
+    raise ValueError(f'{metrics_path} has no lines with a finite {metric!r}; pick another '
+                     '--metric')
+  order = np.argsort(steps, kind='stable')
+  config_steps = (config.get('train') or {}).get('num_steps') if isinstance(
+      config.get('train'), dict) else None
+  total_steps = _first_number([summary], ['num_steps']) or (
+      float(config_steps) if isinstance(config_steps, (int, float)) else None) or _first_number(
+          [summary], ['steps']) or max(steps)
+  return RunRecord(run_dir=run_dir, name=run_dir.name, model=str(model),
+                   params_nonembed=params_nonembed, total_steps=int(total_steps), metric=metric,
+                   steps=np.array(steps)[order], values=np.array(values)[order],
+                   flops_total=np.array(flops)[order])
+
+
+def _ci_list(interval: tuple[float, float]) -> list[float]:
+  return [round(float(value), 6) for value in interval]
+
+
+def evaluate_run(run: RunRecord, observe_fraction: float, *, law: JointLaw | None = None,
+                 forms: Sequence[str] = DEFAULT_FORMS, epsilon: float = 0.01,
+                 confidence: float = 0.9, smoothing: int = 0,
+                 bounded: bool = True) -> tuple[dict[str, Any], Forecast | None]:
+  """Forecasts a finished run from its first `observe_fraction` and scores it on its tail.
+
+  Returns the report row (every field present, None where not computable, `error` set
+  when the prefix could not be fitted) and the prefix forecast for plotting. With a `law`
+  and a known model size the row also carries the zero-shot and law-refined forecasts.
+  """
+  actual = run.actual_final
+  row: dict[str, Any] = {
+      'run': run.name, 'model': run.model, 'params': run.params_nonembed, 'metric': run.metric,
+      'total_steps': run.total_steps, 'observe_fraction': observe_fraction, 'form': None,
+      'predicted_final_reward': None, 'predicted_final_reward_ci': None,
+      'actual_final_reward': round(actual, 6), 'abs_error': None, 'predicted_plateau': None,
+      'predicted_plateau_ci': None, 'predicted_plateau_step': None,
+      'recommended_stop_step': None, 'error': None, 'notes': [],
+  }
+  if run.steps[-1] < run.total_steps * (1 - ACTUAL_FINAL_WINDOW):
+    row['notes'].append(f'run logged up to step {run.steps[-1]:.0f} of {run.total_steps}: '
+                        'actual_final_reward is its last logged value, not the planned end')
+  prefix = None
+  try:
+    prefix = forecast(run.steps, run.values, run.total_steps, observe_fraction, forms=forms,
+                      epsilon=epsilon, confidence=confidence, smoothing=smoothing,
+                      bounded=bounded)
+    row.update({
+        'form': prefix.form,
+        'predicted_final_reward': round(prefix.predicted_final_reward, 6),
+        'predicted_final_reward_ci': _ci_list(prefix.final_reward_ci),
+        'abs_error': round(abs(prefix.predicted_final_reward - actual), 6),
+        'predicted_plateau': round(prefix.predicted_plateau, 6),
+        'predicted_plateau_ci': _ci_list(prefix.plateau_ci),
+        'predicted_plateau_step': round(prefix.predicted_plateau_step, 1),
+        'recommended_stop_step': prefix.recommended_stop_step,
+        'selection_method': prefix.selection_method,
+    })
+    row['notes'].extend(prefix.notes)
+  except ValueError as error:
+    row['error'] = str(error)
+  if law is not None and run.params_nonembed is not None:
+    prior = law.prior(run.params_nonembed, run.r0)
+    zero_shot = forecast_zero_shot(prior, run.total_steps, epsilon=epsilon,
+                                   confidence=confidence, bounded=bounded)
+    row['zero_shot_final_reward'] = round(zero_shot.predicted_final_reward, 6)
+    row['zero_shot_abs_error'] = round(abs(zero_shot.predicted_final_reward - actual), 6)
+    row['zero_shot_plateau_step'] = round(zero_shot.predicted_plateau_step, 1)
+    try:
+      refined = forecast(run.steps, run.values, run.total_steps, observe_fraction,
+                         epsilon=epsilon, confidence=confidence, smoothing=smoothing,
+                         bounded=bounded, prior=prior)
+      row['refined_final_reward'] = round(refined.predicted_final_reward, 6)
+      row['refined_abs_error'] = round(abs(refined.predicted_final_reward - actual), 6)
+    except ValueError as error:
+      row['refined_final_reward'] = row['refined_abs_error'] = None
+      row['notes'].append(f'law-refined forecast failed: {error}')
+  return row, prefix
+
+
+def plot_forecast(run: RunRecord, result: Forecast, path: str | Path) -> Path:
+  """PNG: observed points, fit on them, forecast band, actual tail, stop step."""
+  import matplotlib
+  matplotlib.use('Agg')
+  from matplotlib import pyplot as plt
+
+  path = Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  seen = run.steps <= result.observed_until_step
+  grid = np.linspace(0, run.total_steps, 300)
+  curve, lower, upper = result.band(grid)
+  fitted_part = grid <= result.observed_until_step
+  figure, axes = plt.subplots(figsize=(7, 4.2))
+  axes.scatter(run.steps[seen], run.values[seen], s=8, color='C0', label='observed (fitted)')
+  axes.scatter(run.steps[~seen], run.values[~seen], s=8, color='0.6', label='actual tail')
+  axes.plot(grid[fitted_part], curve[fitted_part], color='C1', label=f'{result.form} fit')
+  axes.plot(grid[~fitted_part], curve[~fitted_part], color='C1', linestyle='--',
+            label='forecast')
+  axes.fill_between(grid, lower, upper, color='C1', alpha=0.2,
+                    label=f'{result.confidence:.0%} CI of curve')
+  axes.axhline(result.predicted_plateau, color='C2', linewidth=0.8, linestyle=':',
+               label=f'plateau {result.predicted_plateau:.3f}')
+  axes.axvline(result.recommended_stop_step, color='C3', linewidth=0.8,
+               label=f'stop step {result.recommended_stop_step}')
+  axes.axvline(result.observed_until_step, color='0.3', linewidth=0.6, linestyle='-.')
+  axes.set_xlabel('step')
+  axes.set_ylabel(run.metric)
+  axes.set_title(f'{run.name} ({run.model})', fontsize=10)
+  axes.legend(fontsize=7, loc='lower right')
+  figure.tight_layout()
+  figure.savefig(path, dpi=110)
+  plt.close(figure)
+  return path
+
+
+def fit_runs_for_joint_law(runs: Sequence[RunRecord], forms: Sequence[str] = DEFAULT_FORMS, *,
+                           bounded: bool = True) -> tuple[str, list[TrajectoryFit | None]]:
+  """Whole-run fits of one form, the form most runs select (ties: the simpler form);
+  None for a run too short to fit."""
+  selections = []
+  for run in runs:
+    try:
+      selections.append(select_form(run.steps / run.total_steps, run.values, forms,
+                                    bounded=bounded).fit)
+    except ValueError:
+      selections.append(None)
+  votes = {name: sum(fit is not None and fit.form == name for fit in selections)
+           for name in forms}
+  form = max(forms, key=lambda name: (votes[name], -len(get_form(name).param_names)))
+  fits = []
+  for run, fit in zip(runs, selections):
+    if fit is None or fit.form != form:
+      try:
+        fit = fit_trajectory(run.steps / run.total_steps, run.values, form, bounded=bounded)
+      except ValueError:
+        fit = None
+    fits.append(fit)
+  return form, fits
+
+
+def evaluate_runs(runs: Sequence[RunRecord], observe_fraction: float, *,
+                  forms: Sequence[str] = DEFAULT_FORMS, epsilon: float = 0.01,
+                  confidence: float = 0.9, smoothing: int = 0, bounded: bool = True,
+                  ) -> tuple[list[dict[str, Any]], list[Forecast | None], JointLaw | None]:
+  """Report rows for every run; with >= 2 sized runs also zero-shot forecasts from the joint
+  law, fitted leave-one-out when there are >= 3 sized runs (in-sample with 2)."""
+  sized = [i for i, run in enumerate(runs) if run.params_nonembed is not None]
+  law = None
+  laws: dict[int, JointLaw] = {}
+  if len(sized) >= 2:
+    _, fits = fit_runs_for_joint_law([runs[i] for i in sized], forms, bounded=bounded)
+    sized = [i for i, fit in zip(sized, fits) if fit is not None]
+    fits = [fit for fit in fits if fit is not None]
+    sizes = [runs[i].params_nonembed for i in sized]
+  if len(sized) >= 2:
+    law = fit_joint_law(sizes, fits)
+    for position, index in enumerate(sized):
+      if len(sized) >= 3:
+        keep = [j for j in range(len(sized)) if j != position]
+        with warnings.catch_warnings():
+          warnings.simplefilter('ignore')
+          laws[index] = fit_joint_law([sizes[j] for j in keep], [fits[j] for j in keep])
+      else:
+        laws[index] = law
+  rows, forecasts = [], []
+  for index, run in enumerate(runs):
+    row, result = evaluate_run(run, observe_fraction, law=laws.get(index), forms=forms,
+                               epsilon=epsilon, confidence=confidence, smoothing=smoothing,
+                               bounded=bounded)
+    if index in laws:
+      row['zero_shot_mode'] = 'leave_one_out' if len(sized) >= 3 else 'in_sample'
+    rows.append(row)
+    forecasts.append(result)
+  return rows, forecasts, law
+
+
+def simulate_trajectory(form: str, params: dict[str, float], total_steps: int, *,
+                        noise: float = 0.02, seed: int = 0,
+                        bounded: bool = True) -> tuple[np.ndarray, np.ndarray]:
+  """(steps 1..total_steps, noisy rewards) from a known curve, for tests and dry runs."""
+  spec = get_form(form)
+  vector = np.array([params[name] for name in spec.param_names], dtype=float)
+  steps = np.arange(1, total_steps + 1, dtype=float)
+  rewards = spec.curve(steps / total_steps, vector)
+  rewards = rewards + np.random.default_rng(seed).normal(0.0, noise, size=steps.size)
+  return steps, np.clip(rewards, 0.0, 1.0) if bounded else rewards
+
+
+def write_synthetic_run(run_dir: str | Path, form: str, params: dict[str, float],
+                        total_steps: int, *, params_nonembed: float | None = None,
+                        model_name: str = 'synthetic', noise: float = 0.02, seed: int = 0,
+                        flops_per_step: float = 1e12, eval_every: int = 25) -> Path:
+  """Writes metrics.jsonl + summary.json shaped like the trainer's output contract."""
+  run_dir = Path(run_dir)
+  run_dir.mkdir(parents=True, exist_ok=True)
+  steps, rewards = simulate_trajectory(form, params, total_steps, noise=noise, seed=seed)
+  spec = get_form(form)
+  clean = spec.curve(steps / total_steps, np.array([params[n] for n in spec.param_names]))
+  with (run_dir / 'metrics.jsonl').open('w') as handle:
+    for step, reward, expected in zip(steps, rewards, clean):
+      row = {'step': int(step), 'phase': 0, 'reward_mean': float(reward),
+             'flops_total': float(step * flops_per_step)}
+      if eval_every and int(step) % eval_every == 0:
+        row['eval_accuracy'] = float(expected)
+      handle.write(json.dumps(row) + '\n')
+  summary = {'method': 'grpo', 'steps': total_steps, 'model_name': model_name,
+             'params_nonembed': params_nonembed,
+             'eval_accuracy_initial': float(params['r0']),
+             'flops': {'total': float(total_steps * flops_per_step)}}
+  (run_dir / 'summary.json').write_text(json.dumps(summary, indent=2))
+  return run_dir

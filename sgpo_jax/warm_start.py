@@ -1,0 +1,141 @@
+"""Supervised warm start: the "pretrained" initial policy for the embedded task.
+
+SFT on the task's canonical completions (loss on completion tokens and EOS only), stopped
+early on purpose: a policy that solves some problems always, some never and many partly is
+what gives sGPO a spread of p_hat to exploit. The result is cached under a key derived from
+everything that shapes it (model, data, warm_start, tokenizer config), so repeated runs
+(other methods, other RL seeds, the comparison sweep) start from the very same policy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from absl import logging
+from tqdm.auto import tqdm
+
+from sgpo_jax import model as model_lib
+from sgpo_jax import sharding as sharding_lib
+from sgpo_jax import tasks
+
+
+def cache_key(config) -> str:
+  relevant = {k: config[k].to_dict() for k in ('model', 'data', 'warm_start', 'tokenizer')}
+  relevant['warm_start'].pop('cache_dir', None)
+  blob = json.dumps(relevant, sort_keys=True, default=str)
+  return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def sft_examples(queries, tokenizer, data_config, max_prompt_len: int, max_new_tokens: int):
+  """[N, T] tokens (prompt left-padded to max_prompt_len), real-token mask, loss mask [N, T-1]."""
+  t_len = max_prompt_len + max_new_tokens
+  n = len(queries)
+  tokens = np.full((n, t_len), tokenizer.pad_id, np.int32)
+  mask = np.zeros((n, t_len), np.int32)
+  loss_mask = np.zeros((n, t_len - 1), np.float32)
+  for i, q in enumerate(queries):
+    prompt = tokenizer.encode_prompt(q.prompt)
+    target = tokenizer.encode(tasks.target_text(q, data_config)) + [tokenizer.eos_id]
+    if len(target) > max_new_tokens:
+      raise ValueError(f'target of {q.id!r} has {len(target)} tokens > sampling.max_new_tokens='
+                       f'{max_new_tokens}; raise max_new_tokens.')
+    tokens[i, max_prompt_len - len(prompt):max_prompt_len] = prompt
+    tokens[i, max_prompt_len:max_prompt_len + len(target)] = target
+    mask[i, max_prompt_len - len(prompt):max_prompt_len + len(target)] = 1
+    loss_mask[i, max_prompt_len - 1:max_prompt_len - 1 + len(target)] = 1.0
+  return tokens, mask, loss_mask
+
+
+def train_sft(cfg: model_lib.ModelConfig, params, shardings, mesh, examples, ws_config,
+              seed: int, show_progress: bool = True):
+  tokens_NxT, mask_NxT, loss_mask_NxT1 = examples
+  model = model_lib.Transformer(cfg)
+  optimizer = optax.adamw(float(ws_config.learning_rate))
+  opt_state = jax.jit(optimizer.init)(params)
+  state_shardings = jax.tree.map(lambda x: x.sharding, (params, opt_state))
+  b2 = sharding_lib.batch_sharding(mesh, 2)
+
+  def loss_fn(p, tokens, mask, loss_mask):
+    inputs, in_mask = tokens[:, :-1], mask[:, :-1]
+    hidden, _ = model.apply({'params': p}, inputs, model_lib.positions_from_mask(in_mask),
+                            in_mask.astype(bool))
+    logits = model_lib.logits_from_hidden(p, cfg, hidden)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(logits), tokens[:, 1:, None], axis=-1)[..., 0]
+    return -jnp.sum(logp * loss_mask) / jnp.maximum(jnp.sum(loss_mask), 1.0)
+
+  @jax.jit
+  def step(state, tokens, mask, loss_mask):
+    p, o = state
+    loss, grads = jax.value_and_grad(loss_fn)(p, tokens, mask, loss_mask)
+    updates, o = optimizer.update(grads, o, p)
+    return (optax.apply_updates(p, updates), o), loss
+
+  step = jax.jit(step.__wrapped__, in_shardings=(state_shardings, b2, b2, b2),
+                 out_shardings=(state_shardings, sharding_lib.replicated(mesh)), donate_argnums=0)
+  rng = np.random.default_rng(seed)
+  batch = int(ws_config.batch_size)
+  state = (params, opt_state)
+  bar = tqdm(range(int(ws_config.steps)), desc='warm start (SFT)', disable=not show_progress)
+  loss = None
+  for i in bar:
+    idx = rng.integers(0, tokens_NxT.shape[0], batch)
+    b = sharding_lib.shard_batch(mesh, (tokens_NxT[idx], mask_NxT[idx], loss_mask_NxT1[idx]))
+    state, loss = step(state, *b)
+    if i % 50 == 0 or i == int(ws_config.steps) - 1:
+      bar.set_postfix(loss=f'{float(loss):.3f}')
+  return state[0], (None if loss is None else float(loss))
+
+
+def initial_policy(config, cfg: model_lib.ModelConfig, mesh, tokenizer, train_queries, workdir,
+                   show_progress: bool = True):
+  """Params of the policy RL starts from (HF checkpoint, cached warm start, or fresh SFT).
+
+  Returns (params, shardings, info dict for summary.json).
+  """
+  abstract = model_lib.abstract_params(cfg)
+  shardings = sharding_lib.param_shardings(abstract, mesh)
+  if config.model.hf_path:
+    from sgpo_jax import hf
+    params = hf.load_hf_params(config.model.hf_path, cfg, mesh)
+    return params, shardings, {'source': 'hf', 'path': config.model.hf_path}
+  if config.warm_start.steps <= 0:
+    params, _ = sharding_lib.init_sharded_params(cfg, mesh, jax.random.key(config.data.seed))
+    return params, shardings, {'source': 'random_init'}
+  cache_root = config.warm_start.cache_dir or os.path.join(workdir, 'warm_start')
+  path = os.path.abspath(os.path.join(cache_root, cache_key(config)))
+  target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                        nn.meta.unbox(abstract), shardings)
+  checkpointer = ocp.StandardCheckpointer()
+  info_path = os.path.join(path, 'info.json')
+  if os.path.exists(info_path) and os.path.exists(os.path.join(path, 'params')):
+    params = checkpointer.restore(os.path.join(path, 'params'), target)
+    with open(info_path) as f:
+      info = json.load(f)
+    info['cached'] = True
+    logging.info('warm start: reused cached policy %s', path)
+    return params, shardings, info
+  start = time.time()
+  params, _ = sharding_lib.init_sharded_params(cfg, mesh, jax.random.key(config.data.seed))
+  examples = sft_examples(train_queries, tokenizer, config.data, config.sampling.max_prompt_len,
+                          config.sampling.max_new_tokens)
+  params, final_loss = train_sft(cfg, params, shardings, mesh, examples, config.warm_start,
+                                 config.data.seed, show_progress)
+  info = {'source': 'warm_start', 'steps': int(config.warm_start.steps),
+          'final_loss': final_loss, 'seconds': time.time() - start, 'path': path,
+          'cached': False}
+  os.makedirs(path, exist_ok=True)
+  checkpointer.save(os.path.join(path, 'params'), params, force=True)
+  checkpointer.wait_until_finished()
+  if sharding_lib.is_writer():
+    with open(info_path, 'w') as f:
+      json.dump(info, f)
+  return params, shardings, info

@@ -1,0 +1,85 @@
+"""Shared fixtures: a tiny policy config, its params, one-device meshes, jitted forward.
+
+Every helper is jitted and cached per config: on two CPU cores eager op-by-op execution of
+even this tiny model is slower than compiling it once.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from sgpo_jax import model as model_lib
+from sgpo_jax import sharding as sharding_lib
+
+PAD, BOS, EOS = 0, 1, 2
+MESH_AXES = ('data', 'fsdp', 'tp')
+
+
+def tiny_config(**overrides) -> model_lib.ModelConfig:
+  """vocab 16, d_model 32, 2 layers, 4 query heads sharing 2 KV heads."""
+  fields = dict(vocab_size=16, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8,
+                d_ff=64, max_len=64, init_std=0.2)
+  fields.update(overrides)
+  return model_lib.ModelConfig(**fields)
+
+
+def mesh_config(shape=(1, 1, 1), axes=MESH_AXES) -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict({'shape': tuple(shape), 'axes': tuple(axes)})
+
+
+@functools.lru_cache(maxsize=None)
+def params_for(cfg: model_lib.ModelConfig, seed: int = 0):
+  return jax.jit(lambda key: model_lib.init_params(cfg, key))(jax.random.key(seed))
+
+
+@functools.lru_cache(maxsize=None)
+def forward_fn(cfg: model_lib.ModelConfig):
+  """Jitted full forward: (params, tokens_BxT, mask_BxT) -> float32 logits_BxTxV."""
+  model = model_lib.Transformer(cfg)
+  return jax.jit(lambda params, tokens_BxT, mask_BxT: model_lib.forward(
+      model, params, tokens_BxT, mask_BxT))
+
+
+def random_tokens(seed: int, shape, vocab: int, low: int = 3) -> np.ndarray:
+  """Tokens outside PAD/BOS/EOS so no test depends on special ids by accident."""
+  return np.random.default_rng(seed).integers(low, vocab, size=shape).astype(np.int32)
+
+
+def left_pad(prompts, length: int, pad_id: int = PAD) -> tuple[np.ndarray, np.ndarray]:
+  tokens_BxT = np.full((len(prompts), length), pad_id, np.int32)
+  mask_BxT = np.zeros((len(prompts), length), np.int32)
+  for r, prompt in enumerate(prompts):
+    tokens_BxT[r, length - len(prompt):] = prompt
+    mask_BxT[r, length - len(prompt):] = 1
+  return tokens_BxT, mask_BxT
+
+
+@pytest.fixture(scope='session')
+def cfg() -> model_lib.ModelConfig:
+  return tiny_config()
+
+
+@pytest.fixture(scope='session')
+def params(cfg):
+  return params_for(cfg)
+
+
+@pytest.fixture(scope='session')
+def mesh1():
+  return sharding_lib.make_mesh(mesh_config(), jax.devices()[:1])
+
+
+@pytest.fixture(scope='session')
+def param_shardings1(cfg, mesh1):
+  return sharding_lib.param_shardings(model_lib.abstract_params(cfg), mesh1)
+
+
+def tree_allclose(a, b, **kw) -> bool:
+  return all(jax.tree.leaves(jax.tree.map(
+      lambda x, y: bool(jnp.allclose(x, y, **kw)), a, b)))

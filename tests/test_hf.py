@@ -1,0 +1,339 @@
+"""HF import/export against transformers' own Qwen2 / Llama (tiny random models, torch CPU).
+
+Two tiny checkpoints are built once per session with `save_pretrained(safe_serialization)`:
+Qwen2 with QKV bias and untied embeddings, Llama with tied embeddings and rope_theta=500,
+both with grouped-query attention. torch and transformers come from requirements-dev.txt;
+without torch the parity tests skip and the torch-free tests still run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import forward_fn, mesh_config
+
+from sgpo_jax import hf
+from sgpo_jax import model as model_lib
+from sgpo_jax import sampling as sampling_lib
+from sgpo_jax import sharding as sharding_lib
+
+VOCAB = 96
+TOKENS = np.random.default_rng(0).integers(3, VOCAB, size=(2, 11)).astype(np.int32)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _save_tokenizer(path: str) -> None:
+  import transformers
+  from tokenizers import Tokenizer, models, pre_tokenizers
+  tok = Tokenizer(models.WordLevel({f'w{i}': i for i in range(VOCAB)}, unk_token='w0'))
+  tok.pre_tokenizer = pre_tokenizers.Whitespace()
+  transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token='w0', bos_token='w1',
+                                       eos_token='w2').save_pretrained(path)
+
+
+def _build(kind: str, path: str):
+  torch = pytest.importorskip('torch')
+  import transformers
+  torch.manual_seed({'qwen2': 0, 'llama': 1}[kind])
+  common = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                max_position_embeddings=128, initializer_range=0.2, rms_norm_eps=1e-5,
+                bos_token_id=1, eos_token_id=2, pad_token_id=0)
+  if kind == 'qwen2':
+    config = transformers.Qwen2Config(intermediate_size=128, num_key_value_heads=2,
+                                      tie_word_embeddings=False, **common)
+    model_cls = transformers.Qwen2ForCausalLM
+  else:
+    config = transformers.LlamaConfig(
+        intermediate_size=96, num_key_value_heads=1, tie_word_embeddings=True,
+        rope_parameters={'rope_type': 'default', 'rope_theta': 500.0}, **common)
+    model_cls = transformers.LlamaForCausalLM
+  model = model_cls(config).eval()
+  with torch.no_grad():  # non-trivial norms and biases, so a dropped one shows in the logits
+    for name, p in model.named_parameters():
+      if 'norm' in name:
+        p.normal_(1.0, 0.3)
+      elif 'bias' in name:
+        p.normal_(0.0, 0.3)
+  model.save_pretrained(path, safe_serialization=True)
+  _save_tokenizer(path)
+  return model
+
+
+def _hf_logits(model, tokens: np.ndarray) -> np.ndarray:
+  import torch
+  with torch.no_grad():
+    return model(torch.tensor(tokens, dtype=torch.long)).logits.float().numpy()
+
+
+@pytest.fixture(scope='module')
+def checkpoints(tmp_path_factory):
+  """{'qwen2' | 'llama': (dir, torch model, HF logits on TOKENS)}."""
+  out = {}
+  for kind in ('qwen2', 'llama'):
+    path = str(tmp_path_factory.mktemp(kind))
+    model = _build(kind, path)
+    out[kind] = (path, model, _hf_logits(model, TOKENS))
+  return out
+
+
+@pytest.fixture(scope='module')
+def mesh1():
+  return sharding_lib.make_mesh(mesh_config(), jax.devices()[:1])
+
+
+def _our_logits(cfg, params, tokens=TOKENS) -> np.ndarray:
+  tokens = jnp.asarray(tokens)
+  return np.asarray(forward_fn(cfg)(params, tokens, jnp.ones_like(tokens)))
+
+
+def _copy(path: str, tmp_path, name: str) -> str:
+  dst = str(tmp_path / name)
+  shutil.copytree(path, dst)
+  return dst
+
+
+def _edit_config(path: str, **fields) -> None:
+  with open(os.path.join(path, 'config.json')) as f:
+    config = json.load(f)
+  config.update(fields)
+  with open(os.path.join(path, 'config.json'), 'w') as f:
+    json.dump(config, f)
+
+
+# ---------------------------------------------------------------------------------------------
+# Config mapping and import parity.
+
+
+def test_config_mapping(checkpoints):
+  qwen = hf.model_config_from_hf(checkpoints['qwen2'][0])
+  assert (qwen.vocab_size, qwen.d_model, qwen.n_layers, qwen.n_heads, qwen.n_kv_heads,
+          qwen.head_dim, qwen.d_ff) == (VOCAB, 64, 2, 4, 2, 16, 128)
+  assert qwen.qkv_bias and not qwen.tie_embeddings
+  assert (qwen.rope_theta, qwen.rms_eps, qwen.max_len) == (10000.0, 1e-5, 128)
+  llama = hf.model_config_from_hf(checkpoints['llama'][0], dtype='bfloat16')
+  assert (llama.n_kv_heads, llama.d_ff, llama.rope_theta) == (1, 96, 500.0)
+  assert llama.tie_embeddings and not llama.qkv_bias and llama.dtype == 'bfloat16'
+
+
+def test_rope_theta_v4_layouts():
+  base = dict(model_type='llama', vocab_size=8, hidden_size=8, num_hidden_layers=1,
+              num_attention_heads=2, intermediate_size=8)
+  assert hf.model_config_from_hf({**base, 'rope_theta': 123.0}).rope_theta == 123.0
+  assert hf.model_config_from_hf(
+      {**base, 'rope_scaling': {'rope_type': 'default', 'rope_theta': 7.0}}).rope_theta == 7.0
+
+
+@pytest.mark.parametrize('kind', ['qwen2', 'llama'])
+def test_import_logits_match_transformers(checkpoints, mesh1, kind):
+  path, _, ref_logits = checkpoints[kind]
+  cfg = hf.model_config_from_hf(path)
+  params = hf.load_hf_params(path, cfg, mesh1)
+  np.testing.assert_allclose(_our_logits(cfg, params), ref_logits, atol=1e-4, rtol=1e-4)
+
+
+def test_import_casts_to_param_dtype(checkpoints, mesh1):
+  path = checkpoints['qwen2'][0]
+  cfg = hf.model_config_from_hf(path, param_dtype='bfloat16')
+  params = hf.load_hf_params(path, cfg, mesh1)
+  assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype(jnp.bfloat16)}
+
+
+_SHARDED_SCRIPT = textwrap.dedent('''
+    import json, sys
+    import jax, jax.numpy as jnp, numpy as np, ml_collections
+    from sgpo_jax import hf, model as model_lib, sharding
+    path, tokens_file = sys.argv[1], sys.argv[2]
+    tokens = jnp.asarray(np.load(tokens_file))
+    cfg = hf.model_config_from_hf(path)
+    def logits(shape, devices):
+      mesh = sharding.make_mesh(ml_collections.ConfigDict(
+          {'shape': shape, 'axes': ('data', 'fsdp', 'tp')}), devices)
+      params = hf.load_hf_params(path, cfg, mesh)
+      fwd = jax.jit(lambda p, t: model_lib.forward(model_lib.Transformer(cfg), p, t,
+                                                   jnp.ones_like(t)))
+      return np.asarray(fwd(params, tokens)), params
+    one, _ = logits((1, 1, 1), jax.devices()[:1])
+    eight, params = logits((2, 2, 2), jax.devices())
+    q = params['layers_0']['attn']['q']['kernel']
+    print(json.dumps({
+        'devices': jax.device_count(),
+        'max_diff': float(np.abs(one - eight).max()),
+        'q_shard': list(q.addressable_shards[0].data.shape),
+        'embedding_spec': str(params['embedding'].sharding.spec),
+    }))
+''')
+
+
+def test_sharded_import_on_8_devices_matches_single_device(checkpoints, tmp_path):
+  path, _, ref_logits = checkpoints['qwen2']
+  np.save(tmp_path / 'tokens.npy', TOKENS)
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
+             JAX_PLATFORMS='cpu', PYTHONPATH=ROOT)
+  proc = subprocess.run([sys.executable, '-c', _SHARDED_SCRIPT, path, str(tmp_path / 'tokens.npy')],
+                        env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert result['devices'] == 8
+  assert result['q_shard'] == [32, 2, 16]  # embed over fsdp=2, heads over tp=2
+  assert 'tp' in result['embedding_spec'] and 'fsdp' in result['embedding_spec']
+  assert result['max_diff'] < 1e-5
+
+
+# ---------------------------------------------------------------------------------------------
+# Export.
+
+
+@pytest.mark.parametrize('kind', ['qwen2', 'llama'])
+def test_export_reloads_in_transformers_with_same_logits(checkpoints, mesh1, tmp_path, kind):
+  import transformers
+  path, _, ref_logits = checkpoints[kind]
+  cfg = hf.model_config_from_hf(path)
+  params = hf.load_hf_params(path, cfg, mesh1)
+  out = str(tmp_path / 'export')
+  files = hf.save_hf_checkpoint(params, cfg, out, tokenizer_dir=path, max_shard_bytes=40_000,
+                                config_overrides={'bos_token_id': 1, 'eos_token_id': 2})
+  with open(os.path.join(out, hf.INDEX_FILE)) as f:
+    index = json.load(f)
+  shards = sorted(set(index['weight_map'].values()))
+  assert len(shards) > 1 and all(os.path.join(out, s) in files for s in shards)
+  with open(os.path.join(out, 'config.json')) as f:
+    exported = json.load(f)
+  assert exported['architectures'] == [hf.ARCHITECTURES[kind]]
+  reloaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+  np.testing.assert_allclose(_hf_logits(reloaded, TOKENS), ref_logits, atol=1e-5, rtol=1e-5)
+  # The fixture's word-level tokenizer is not a Qwen/Llama one, so load it by its own class
+  # (AutoTokenizer would pick the model_type's tokenizer class).
+  tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(out)
+  assert tokenizer('w5 w7')['input_ids'] == [5, 7]
+
+
+@pytest.mark.parametrize('overrides', [
+    dict(qkv_bias=False, tie_embeddings=False, param_dtype='float32'),
+    dict(qkv_bias=True, tie_embeddings=True, param_dtype='bfloat16', rope_theta=1234.0),
+])
+def test_export_import_round_trip_is_exact(mesh1, tmp_path, overrides):
+  cfg = model_lib.ModelConfig(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                              head_dim=8, d_ff=48, max_len=64, init_std=0.2, **overrides)
+  params = model_lib.init_params(cfg, jax.random.key(3))
+  out = str(tmp_path / 'rt')
+  hf.save_hf_checkpoint(params, cfg, out)
+  assert os.path.exists(os.path.join(out, hf.SINGLE_FILE))
+  assert hf.model_config_from_hf(out, param_dtype=cfg.param_dtype, init_std=cfg.init_std) == cfg
+  loaded = hf.load_hf_params(out, cfg, mesh1)
+  assert jax.tree.structure(loaded) == jax.tree.structure(params)
+  for a, b in zip(jax.tree.leaves(loaded), jax.tree.leaves(params)):
+    assert a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_our_random_model_exports_to_transformers(mesh1, tmp_path):
+  """A policy trained here (Llama layout: no bias, untied) runs in transformers unchanged."""
+  pytest.importorskip('torch')
+  import transformers
+  cfg = model_lib.ModelConfig(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                              head_dim=8, d_ff=48, max_len=64, init_std=0.2, rope_theta=777.0,
+                              tie_embeddings=False)
+  params = model_lib.init_params(cfg, jax.random.key(5))
+  hf.save_hf_checkpoint(params, cfg, str(tmp_path / 'ours'))
+  reloaded = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / 'ours')).eval()
+  assert type(reloaded).__name__ == 'LlamaForCausalLM'
+  np.testing.assert_allclose(_hf_logits(reloaded, TOKENS), _our_logits(cfg, params),
+                             atol=1e-4, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy generation.
+
+
+@pytest.mark.parametrize('kind', ['qwen2', 'llama'])
+def test_greedy_generation_matches_transformers(checkpoints, mesh1, kind):
+  import torch
+  path, model, _ = checkpoints[kind]
+  cfg = hf.model_config_from_hf(path)
+  params = hf.load_hf_params(path, cfg, mesh1)
+  shardings = sharding_lib.param_shardings(model_lib.abstract_params(cfg), mesh1)
+  new_tokens, eos = 12, 2
+  sampler = sampling_lib.Sampler(cfg, mesh1, shardings, rows=4, max_prompt_len=16,
+                                 max_new_tokens=new_tokens, stop_ids=[eos], pad_id=0, bos_id=1,
+                                 min_prompt_bucket=16)
+  rng = np.random.default_rng(7)
+  prompts = [list(rng.integers(3, VOCAB, size=n)) for n in (3, 9, 16, 5)]
+  out = sampler.sample(params, prompts, list(range(4)), jax.random.key(0), temperature=0.0)
+  for r, prompt in enumerate(prompts):
+    with torch.no_grad():
+      ref = model.generate(torch.tensor([prompt]), max_new_tokens=new_tokens, do_sample=False,
+                           use_cache=True, eos_token_id=eos, pad_token_id=0)[0, len(prompt):]
+    ours = out.tokens_RxN[r, :out.lengths_R[r]]
+    assert ours.tolist() == ref.tolist()[:len(ours)], (kind, r)
+    assert len(ours) == len(ref) or ref[len(ours):].eq(0).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# Clear errors.
+
+
+def test_missing_tensor_names_it(checkpoints, mesh1, tmp_path):
+  from safetensors.numpy import load_file, save_file
+  path = _copy(checkpoints['qwen2'][0], tmp_path, 'missing')
+  file = os.path.join(path, hf.SINGLE_FILE)
+  tensors = load_file(file)
+  del tensors['model.layers.1.self_attn.k_proj.bias']
+  save_file(tensors, file, metadata={'format': 'pt'})
+  with pytest.raises(ValueError, match=r'model\.layers\.1\.self_attn\.k_proj\.bias'):
+    hf.load_hf_params(path, hf.model_config_from_hf(path), mesh1)
+
+
+def test_wrong_shape_names_tensor_and_shapes(checkpoints, mesh1, tmp_path):
+  from safetensors.numpy import load_file, save_file
+  path = _copy(checkpoints['llama'][0], tmp_path, 'shape')
+  file = os.path.join(path, hf.SINGLE_FILE)
+  tensors = load_file(file)
+  tensors['model.layers.0.mlp.up_proj.weight'] = np.zeros((95, 64), np.float32)
+  save_file(tensors, file, metadata={'format': 'pt'})
+  with pytest.raises(ValueError, match=r'up_proj\.weight.*\(95, 64\).*\(96, 64\)'):
+    hf.load_hf_params(path, hf.model_config_from_hf(path), mesh1)
+
+
+def test_config_mismatch_names_fields(checkpoints, mesh1):
+  path = checkpoints['qwen2'][0]
+  cfg = hf.model_config_from_hf(path, d_ff=256, rope_theta=1e6)
+  with pytest.raises(ValueError, match=r'model\.d_ff=256 but the checkpoint has 128.*rope_theta'):
+    hf.load_hf_params(path, cfg, mesh1)
+
+
+@pytest.mark.parametrize('fields, match', [
+    (dict(model_type='mixtral', architectures=['MixtralForCausalLM']), "model_type='mixtral'"),
+    (dict(use_sliding_window=True), 'use_sliding_window=True'),
+    (dict(num_experts=8), 'num_experts=8'),
+    (dict(rope_parameters={'rope_type': 'llama3', 'rope_theta': 5e5, 'factor': 8.0}),
+     r"rope_parameters\.rope_type='llama3'"),
+    (dict(rope_scaling={'type': 'linear', 'factor': 2.0}), r"rope_scaling\.rope_type='linear'"),
+    (dict(hidden_act='gelu'), "hidden_act='gelu'"),
+    (dict(architectures=['Qwen2ForSequenceClassification']), 'architectures='),
+])
+def test_unsupported_configs_name_the_field(checkpoints, fields, match):
+  with open(os.path.join(checkpoints['qwen2'][0], 'config.json')) as f:
+    config = json.load(f)
+  config.update(fields)
+  with pytest.raises(ValueError, match=match):
+    hf.model_config_from_hf(config)
+
+
+def test_llama_attention_bias_is_rejected(checkpoints, tmp_path):
+  path = _copy(checkpoints['llama'][0], tmp_path, 'bias')
+  _edit_config(path, attention_bias=True)
+  with pytest.raises(ValueError, match='attention_bias=True'):
+    hf.model_config_from_hf(path)
+
+
+def test_not_a_checkpoint_dir(tmp_path, mesh1):
+  with pytest.raises(ValueError, match='no config.json'):
+    hf.model_config_from_hf(str(tmp_path))

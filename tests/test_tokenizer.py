@@ -1,0 +1,146 @@
+"""Char tokenizer round trips and a tiny local HF tokenizer with a chat template."""
+
+import json
+import os
+
+import ml_collections
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sgpo_jax import tokenizer as tokenizer_lib
+from sgpo_jax.tokenizer import CharTokenizer, HFTokenizer, load_saved_tokenizer, load_tokenizer
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|> "
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant {% endif %}")
+
+
+def test_char_vocabulary_layout():
+  tok = CharTokenizer()
+  assert (tok.pad_id, tok.bos_id, tok.eos_id, tok.vocab_size) == (0, 1, 2, 15)
+  assert tok.encode('0123456789+=') == list(range(3, 15))
+  assert tok.encode_prompt('12+3=') == [1, 4, 5, 13, 6, 14]
+  assert tok.stop_token_ids == [2]
+
+
+def test_char_decode_stops_at_eos_and_skips_pad_bos():
+  tok = CharTokenizer()
+  assert tok.decode([0, 0, 1, 4, 5, 2, 6, 7]) == '12'
+  assert tok.decode([]) == ''
+
+
+def test_char_unknown_character_is_named():
+  with pytest.raises(ValueError, match="'x'"):
+    CharTokenizer().encode('1x2')
+  with pytest.raises(ValueError, match='token id 99'):
+    CharTokenizer().decode([99])
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.text(alphabet='0123456789+=', max_size=30))
+def test_char_round_trip(text):
+  tok = CharTokenizer()
+  assert tok.decode(tok.encode(text) + [tok.eos_id, 5]) == text
+
+
+def test_char_save_load(tmp_path):
+  tok = CharTokenizer()
+  path = tok.save(str(tmp_path))
+  assert json.load(open(path))['alphabet'] == '0123456789+='
+  loaded = load_saved_tokenizer(str(tmp_path))
+  assert isinstance(loaded, CharTokenizer) and loaded.encode('9+1=') == tok.encode('9+1=')
+
+
+def _tokenizer_config(**overrides) -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict(
+      {'kind': 'char', 'path': '', 'chat_template': False, 'system_prompt': ''})
+  config.update(overrides)
+  return config
+
+
+def test_load_tokenizer_char_and_bad_kind():
+  assert isinstance(load_tokenizer(_tokenizer_config()), CharTokenizer)
+  with pytest.raises(ValueError, match="kind='sentencepiece'"):
+    load_tokenizer(_tokenizer_config(kind='sentencepiece'))
+
+
+@pytest.fixture(scope='module')
+def hf_dir(tmp_path_factory):
+  """A tiny WordLevel tokenizer saved as a HF tokenizer directory (no downloads)."""
+  from tokenizers import Tokenizer, models, pre_tokenizers
+  from transformers import PreTrainedTokenizerFast
+
+  specials = ['<pad>', '<s>', '</s>', '<unk>', '<|im_start|>', '<|im_end|>']
+  words = ['what', 'is', '2', '+', '3', '?', 'the', 'answer', '5', 'user', 'system',
+           'assistant', 'be', 'brief', '.']
+  vocab = {w: i for i, w in enumerate(specials + words)}
+  core = Tokenizer(models.WordLevel(vocab=vocab, unk_token='<unk>'))
+  core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+  fast = PreTrainedTokenizerFast(tokenizer_object=core, bos_token='<s>', eos_token='</s>',
+                                 unk_token='<unk>', pad_token='<pad>',
+                                 additional_special_tokens=['<|im_start|>', '<|im_end|>'])
+  fast.chat_template = CHAT_TEMPLATE
+  directory = str(tmp_path_factory.mktemp('hf_tok'))
+  fast.save_pretrained(directory)
+  return directory
+
+
+def test_hf_plain_prompt(hf_dir):
+  tok = HFTokenizer(hf_dir)
+  assert (tok.pad_id, tok.bos_id, tok.eos_id) == (0, 1, 2)
+  ids = tok.encode('what is 2 + 3 ?')
+  assert len(ids) == 6 and tok.bos_id not in ids
+  assert tok.encode_prompt('what is 2 + 3 ?') == [1] + ids
+  assert tok.decode(ids + [tok.eos_id] + ids) == 'what is 2 + 3 ?'
+  assert tok.vocab_size == 21
+
+
+def test_hf_chat_template_and_stop_strings(hf_dir):
+  tok = HFTokenizer(hf_dir, chat_template=True, system_prompt='be brief .',
+                    stop_strings=['<|im_end|>'])
+  text = tok.prompt_text('what is 2 + 3 ?')
+  assert text == ('<|im_start|>system be brief .<|im_end|> <|im_start|>user what is 2 + 3 ?'
+                  '<|im_end|> <|im_start|>assistant ')
+  ids = tok.encode_prompt('what is 2 + 3 ?')
+  assert ids[0] == tok.bos_id and ids[1] == tok.encode('<|im_start|>')[0]
+  im_end = tok.encode('<|im_end|>')
+  assert tok.stop_token_ids == [2] + im_end
+  assert tok.decode(tok.encode('the answer is 5') + im_end + tok.encode('2')) == 'the answer is 5'
+
+
+def test_hf_pad_falls_back_to_eos(hf_dir, tmp_path):
+  tok = HFTokenizer(hf_dir)
+  tok.tok.pad_token = None
+  assert tok.pad_id == tok.eos_id
+
+
+def test_hf_generation_config_eos_ids_are_stops(hf_dir, tmp_path):
+  tok = HFTokenizer(hf_dir)
+  tok.save(str(tmp_path))
+  with open(os.path.join(tmp_path, 'generation_config.json'), 'w') as f:
+    json.dump({'eos_token_id': [2, 5]}, f)
+  assert HFTokenizer(str(tmp_path)).stop_token_ids == [2, 5]
+
+
+def test_hf_errors_name_the_fix(hf_dir, tmp_path):
+  with pytest.raises(ValueError, match='not a local directory'):
+    HFTokenizer(str(tmp_path / 'missing'))
+  with pytest.raises(ValueError, match="stop string 'be brief'"):
+    HFTokenizer(hf_dir, stop_strings=['be brief'])
+
+
+def test_hf_save_load_and_load_tokenizer(hf_dir, tmp_path):
+  tok = load_tokenizer(_tokenizer_config(kind='hf', path=hf_dir, chat_template=True,
+                                         system_prompt='be brief .'))
+  assert isinstance(tok, HFTokenizer)
+  tok.save(str(tmp_path))
+  assert os.path.exists(os.path.join(tmp_path, tokenizer_lib.HF_SETTINGS_FILE))
+  loaded = load_saved_tokenizer(str(tmp_path))
+  assert isinstance(loaded, HFTokenizer) and loaded.chat_template
+  assert loaded.encode_prompt('what is 2 + 3 ?') == tok.encode_prompt('what is 2 + 3 ?')
+
+
+def test_load_saved_tokenizer_empty_dir(tmp_path):
+  with pytest.raises(ValueError, match='neither'):
+    load_saved_tokenizer(str(tmp_path))
