@@ -20,7 +20,8 @@ from sgpo_jax.tasks.math_reward import MathVerifier
 PROBLEMS = [
     ('72', ['72', '72.0', '\\$72'], ['71', '720', '7.2']),
     ('1,000', ['1000', '1,000'], ['100', '10000']),
-    ('\\frac{1}{2}', ['0.5', '\\frac{1}{2}', '1/2', '\\dfrac{2}{4}'], ['2', '0.25', '\\frac{2}{1}']),
+    ('\\frac{1}{2}', ['0.5', '\\frac{1}{2}', '1/2', '\\dfrac{2}{4}'],
+     ['2', '0.25', '\\frac{2}{1}']),
     ('\\sqrt{2}', ['\\sqrt{2}', '2^{1/2}'], ['2', '\\sqrt{3}']),
     ('\\frac{\\pi}{2}', ['\\frac{\\pi}{2}', '\\pi/2', '0.5\\pi'], ['\\pi', '2\\pi']),
     ('x^2+1', ['x^2+1', '1+x^2'], ['x^2-1', 'x+1']),
@@ -40,7 +41,8 @@ def make_batch(rng: random.Random, num_prompts: int = 64, group_size: int = 8):
     reference, correct, wrong = rng.choice(PROBLEMS)
     for _ in range(group_size):
       u = rng.random()
-      answer = rng.choice(correct if u < 0.5 else wrong) if u < 0.97 else rng.choice(ADVERSARIAL)
+      pool = correct if u < 0.5 else wrong if u < 0.97 else ADVERSARIAL
+      answer = rng.choice(pool)
       completions.append(FILLER * 3 + f'So the answer is $\\boxed{{{answer}}}$.')
       references.append(reference)
   return completions, references
@@ -68,7 +70,8 @@ def run(num_workers: int, num_batches: int, use_fast_path: bool, seed: int = 0,
       rewards = verifier.score(completions, references)
       total += len(rewards)
     warm_s = time.perf_counter() - start
-    print(f'workers={num_workers} fast_path={use_fast_path} unique={unique}: first batch of 512 {cold_s:.2f}s '
+    print(f'workers={num_workers} fast_path={use_fast_path} unique={unique}: '
+          f'first batch of 512 {cold_s:.2f}s '
           f'(incl. start-up); warm {total / warm_s:,.0f} checks/s '
           f'({warm_s / num_batches * 1000:.0f} ms per 512); stats {verifier.stats}')
 

@@ -58,7 +58,8 @@ def replay_early_stop(run: RunRecord) -> dict[str, object]:
   for step, value, flops in zip(run.steps, run.values, run.flops_total):
     decision = stopper.update(int(step), float(value), float(flops))
     if decision is not None and decision.should_stop:
-      window = (run.steps <= step) & (run.steps >= step - ACTUAL_FINAL_WINDOW * run.total_steps)
+      # Centred window: a trailing mean would lag a rising curve and overstate the loss.
+      window = np.abs(run.steps - step) <= ACTUAL_FINAL_WINDOW * run.total_steps / 2
       reward_at_stop = float(np.mean(run.values[window]))
       return {'early_stop_step': int(step), 'reward_at_stop': round(reward_at_stop, 6),
               'reward_lost': round(run.actual_final - reward_at_stop, 6),

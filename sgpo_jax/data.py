@@ -18,9 +18,10 @@ Owns `Query` and `load_queries(config.data, split, ...)`:
 Row checks (each failure names `file:row`, the problem and the fix; rows are 1-based, for
 JSONL they are line numbers): missing field, empty or non-string prompt, answer that is not a
 string, duplicate id, prompt the tokenizer cannot encode or longer than `max_prompt_len`
-tokens after templating (both need a `tokenizer`), invalid JSON, a row that is not an object. Conversions: an int answer or id (not bool) becomes `str(x)`; a
-finite float answer becomes `str(int(x))` when integral else `repr(x)`; bytes are decoded as
-UTF-8. `id_field=''` means the source has no ids: ids become '<split>-<row>'.
+tokens after templating (both need a `tokenizer`), invalid JSON, a row that is not an object.
+Conversions: an int answer or id (not bool) becomes `str(x)`; a finite float answer becomes
+`str(int(x))` when integral else `repr(x)`; bytes are decoded as UTF-8. `id_field=''` means
+the source has no ids: ids become '<split>-<row>'.
 `bad_rows='error'` raises ValueError at the first bad row; `bad_rows='skip'` drops bad rows,
 counts them by reason in a `LoadReport` (attached as `.report` to the returned list) and logs
 a summary. Nothing is ever truncated.

@@ -105,6 +105,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sgpo.trivial_replay_fraction = 0.0  # beyond the paper: share of rows replaying trivial queries
   c.sgpo.online_update = False  # beyond the paper: Beta posterior of p_hat from rollouts
   c.sgpo.prior_strength = 8.0  # kappa of the Beta prior around the profiled p_hat
+  c.sgpo.prior_eps = 0.5  # added to both Beta parameters so p_hat = 0 or 1 stays revisable
 
   c.grpo = ml_collections.ConfigDict()
   c.grpo.group_size = 8

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import time
 from typing import Any
 
@@ -248,7 +249,7 @@ def run(config, workdir: str, stop_after: str | None = None, show_progress: bool
   if stopper is not None:
     for row in writer.rows:
       if 'reward_mean' in row:
-        stopper.update(row['step'], row['reward_mean'], row['flops_total'])
+        stopper.observe(row["step"], row["reward_mean"], row["flops_total"])
   p_hat_by_query = None if allocation is None else dict(zip(allocation.query_index.tolist(),
                                                             allocation.p_hat.tolist()))
 
@@ -316,6 +317,8 @@ def run(config, workdir: str, stop_after: str | None = None, show_progress: bool
           last_eval = run_eval(su, state['params'], step)
           row.update(last_eval)
     writer.write(row)
+    if os.environ.get('SGPO_TEST_SIGKILL_AFTER_STEP') == str(step):
+      os.kill(os.getpid(), signal.SIGKILL)  # fault injection for the resume test
     bar.update(1)
     bar.set_postfix(reward=f"{row['reward_mean']:.2f}", acc=f"{last_eval['eval_accuracy']:.3f}",
                     tok_s=f"{row['tokens_per_second']:.0f}")

@@ -7,7 +7,9 @@ even this tiny model is slower than compiling it once.
 from __future__ import annotations
 
 import functools
+import zlib
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -35,7 +37,22 @@ def mesh_config(shape=(1, 1, 1), axes=MESH_AXES) -> ml_collections.ConfigDict:
 
 @functools.lru_cache(maxsize=None)
 def params_for(cfg: model_lib.ModelConfig, seed: int = 0):
-  return jax.jit(lambda key: model_lib.init_params(cfg, key))(jax.random.key(seed))
+  """Random params with exactly the tree `Transformer.init` builds, without compiling init.
+
+  Each leaf's values depend only on its path, shape and `seed`, so config variants (tied vs
+  untied, with or without QKV bias) share every parameter they have in common. Norm scales
+  are 1 + noise and biases are non-zero so that both are exercised.
+  """
+  shapes = nn.meta.unbox(model_lib.abstract_params(cfg))
+
+  def leaf(path, shape_dtype):
+    name = '/'.join(str(getattr(k, 'key', k)) for k in path)
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    values = rng.normal(0.0, cfg.init_std, shape_dtype.shape)
+    if name.endswith('scale'):
+      values = 1.0 + 0.1 * values
+    return jnp.asarray(values, shape_dtype.dtype)
+  return jax.tree_util.tree_map_with_path(leaf, shapes)
 
 
 @functools.lru_cache(maxsize=None)

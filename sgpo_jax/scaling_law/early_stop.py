@@ -87,14 +87,18 @@ class EarlyStopper:
       return (flops_total - first_flops) / (step - first_step)
     return flops_total / max(step, 1)
 
-  def update(self, step: int, reward: float, flops_total: float) -> StopDecision | None:
-    """Records one step; returns a decision on refit steps, None otherwise or when disabled."""
-    if not self.enabled:
-      return None
+  def observe(self, step: int, reward: float, flops_total: float) -> None:
+    """Records one step without refitting (e.g. replaying metrics.jsonl after a resume)."""
     self.steps.append(float(step))
     self.rewards.append(float(reward))
     if self._first_flops is None and math.isfinite(flops_total):
       self._first_flops = (step, float(flops_total))
+
+  def update(self, step: int, reward: float, flops_total: float) -> StopDecision | None:
+    """Records one step; returns a decision on refit steps, None otherwise or when disabled."""
+    if not self.enabled:
+      return None
+    self.observe(step, reward, flops_total)
     if step < self.min_fraction * self.num_steps:
       return None
     if self._last_refit_step is not None and step - self._last_refit_step < self.refit_every:

@@ -302,8 +302,9 @@ class MathVerifier:
   """Batched math reward with a hard time bound; call it like `get_reward_fn`'s result.
 
   Args:
-    num_workers: worker processes (0 = check in this process: no hard bound, and soft
-      timeouts only in the main thread; for debugging).
+    num_workers: worker processes; None = min(8, CPU count). 0 = check in this process (no
+      hard bound, soft timeouts only in the main thread; for debugging). Throughput of
+      non-trivial (symbolic) checks scales with it.
     item_timeout_s: hard bound on one check (a silent worker is killed after this long).
     parse_timeout_s / verify_timeout_s: math-verify's own whole-second soft timeouts
       (0 = none: only the hard bound applies).
@@ -315,10 +316,12 @@ class MathVerifier:
   `stats` counts items by path: fast, cached, pool, screened, no_answer, timeouts, restarts.
   """
 
-  def __init__(self, num_workers: int = 2, item_timeout_s: float = 3.0, parse_timeout_s: int = 1,
-               verify_timeout_s: int = 1, startup_timeout_s: float = 60.0,
+  def __init__(self, num_workers: int | None = None, item_timeout_s: float = 3.0,
+               parse_timeout_s: int = 1, verify_timeout_s: int = 1, startup_timeout_s: float = 60.0,
                fallback: str = 'last_number', max_answer_chars: int = MAX_ANSWER_CHARS,
                use_fast_path: bool = True, screen: bool = True):
+    if num_workers is None:
+      num_workers = min(8, os.cpu_count() or 1)
     if num_workers < 0:
       raise ValueError(f'num_workers={num_workers} must be >= 0')
     if int(parse_timeout_s) != parse_timeout_s or int(verify_timeout_s) != verify_timeout_s:

@@ -1,0 +1,166 @@
+"""End-to-end runs of the main job on a tiny config: contracts, compile counts, resume, NaN."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from sgpo_jax import checkpoint as checkpoint_lib
+from sgpo_jax import default_config
+from sgpo_jax import learner as learner_lib
+from sgpo_jax import train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny_run_config(method: str = 'sgpo', **train_overrides):
+  c = default_config.get_config(f'method={method},runlocal=1')
+  c.model.d_model, c.model.n_layers, c.model.d_ff = 32, 2, 64
+  c.model.n_heads, c.model.n_kv_heads, c.model.head_dim = 4, 2, 8
+  c.data.num_train, c.data.num_eval = 96, 32
+  c.warm_start.steps = 30
+  c.warm_start.cache_dir = os.path.join(os.environ.get('SGPO_TEST_CACHE', '/tmp'),
+                                        'sgpo_test_warm_start')
+  c.train.rows_per_batch = 16
+  c.train.num_steps = 4
+  c.eval.every_steps = 2
+  c.checkpoint.every_steps = 2
+  c.sgpo.unsolved_keep_fraction = 1.0  # a random tiny policy solves little: keep it all
+  c.sgpo.trivial_threshold = 0.99
+  for k, v in train_overrides.items():
+    c.train[k] = v
+  return c
+
+
+def read_jsonl(path):
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+@pytest.fixture(scope='module')
+def sgpo_run(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp('sgpo_run'))
+  summary = train.run(tiny_run_config('sgpo'), workdir, show_progress=False)
+  return workdir, summary
+
+
+@pytest.mark.slow
+def test_sgpo_run_writes_output_contract(sgpo_run):
+  workdir, summary = sgpo_run
+  for name in ('config.json', 'profile.jsonl', 'metrics.jsonl', 'summary.json', 'report.md',
+               'plots/p_hat_histogram.png', 'plots/group_size_histogram.png',
+               'plots/eval_accuracy_vs_flops.png', 'tokenizer'):
+    assert os.path.exists(os.path.join(workdir, name)), name
+  profile = read_jsonl(os.path.join(workdir, 'profile.jsonl'))
+  assert len(profile) == 96
+  for row in profile:
+    assert row['p_hat'] == row['n_correct'] / row['n_samples']
+    assert row['group_size'] in (0, 2, 4, 8)
+  with open(os.path.join(workdir, 'summary.json')) as f:
+    on_disk = json.load(f)
+  for key in ('method', 'steps', 'eval_accuracy_initial', 'eval_accuracy_final', 'flops',
+              'compiles', 'padding_fraction', 'wall_seconds', 'profile'):
+    assert key in on_disk, key
+  assert set(on_disk['flops']) >= {'profile', 'rollout', 'reference', 'train', 'total'}
+  assert summary['steps'] == 4
+
+
+@pytest.mark.slow
+def test_train_step_compiles_once_and_ledger_adds_up(sgpo_run):
+  workdir, summary = sgpo_run
+  assert summary['compiles']['train_step'] == 1
+  assert 1 <= summary['compiles']['sampler'] <= 2  # one prompt bucket (+ none for eval)
+  rows = [r for r in read_jsonl(os.path.join(workdir, 'metrics.jsonl')) if 'reward_mean' in r]
+  flops_total = [r['flops_total'] for r in rows]
+  assert all(b > a for a, b in zip(flops_total, flops_total[1:]))
+  f = summary['flops']
+  assert f['total'] == pytest.approx(f['profile'] + f['rollout'] + f['reference'] + f['train'])
+  assert f['profile'] > 0 and f['rollout'] > 0 and f['train'] > 0
+  assert flops_total[-1] == pytest.approx(f['total'])
+
+
+@pytest.mark.slow
+def test_padding_fraction_is_masked_row_share(sgpo_run):
+  workdir, summary = sgpo_run
+  rows = [r for r in read_jsonl(os.path.join(workdir, 'metrics.jsonl')) if 'reward_mean' in r]
+  for r in rows:
+    # With R=16 rows, every logged fraction is (masked rows)/16 exactly.
+    assert r['padding_fraction'] * 16 == pytest.approx(round(r['padding_fraction'] * 16))
+    assert r['padding_fraction'] * 16 + r['group_size_mean'] * r['n_prompts'] == \
+        pytest.approx(16)
+  assert summary['padding_fraction'] == pytest.approx(np.mean([r['padding_fraction']
+                                                               for r in rows]))
+
+
+def _run_main(workdir, extra_env=None, steps=6):
+  env = dict(os.environ, **(extra_env or {}))
+  cmd = [sys.executable, '-m', 'sgpo_jax.main', '--config', 'configs/default.py:runlocal=1',
+         '--workdir', workdir, f'--config.train.num_steps={steps}',
+         '--config.checkpoint.every_steps=2', '--config.eval.every_steps=3',
+         '--config.data.num_train=96', '--config.data.num_eval=32',
+         '--config.train.rows_per_batch=16', '--config.method=grpo',
+         '--config.grpo.group_size=4', '--config.warm_start.steps=20',
+         '--config.model.n_layers=2', '--config.model.d_model=32', '--config.model.d_ff=64',
+         '--config.model.head_dim=8']
+  return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.slow
+def test_sigkill_and_resume_matches_uninterrupted(tmp_path):
+  full = _run_main(str(tmp_path / 'full'))
+  assert full.returncode == 0, full.stderr[-3000:]
+  killed = _run_main(str(tmp_path / 'killed'), {'SGPO_TEST_SIGKILL_AFTER_STEP': '3'})
+  assert killed.returncode == -signal.SIGKILL
+  # Step 3 was logged but not checkpointed (checkpoints at 2, 4, ...): resume redoes it.
+  assert max(r['step'] for r in read_jsonl(str(tmp_path / 'killed' / 'metrics.jsonl'))) == 3
+  resumed = _run_main(str(tmp_path / 'killed'))
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  a = read_jsonl(str(tmp_path / 'full' / 'metrics.jsonl'))
+  b = read_jsonl(str(tmp_path / 'killed' / 'metrics.jsonl'))
+  assert [r['step'] for r in a] == [r['step'] for r in b]
+  skip = {'tokens_per_second', 'seconds'}
+  for ra, rb in zip(a, b):
+    assert {k: v for k, v in ra.items() if k not in skip} == \
+        {k: v for k, v in rb.items() if k not in skip}
+
+
+@pytest.mark.slow
+def test_nan_stops_run_and_keeps_last_checkpoint(tmp_path, monkeypatch):
+  from sgpo_jax import tasks
+  real = tasks.get_reward_fn
+  calls = {'n': 0}
+
+  def poisoned(data_config):
+    fn = real(data_config)
+
+    def reward(completions, queries):
+      calls['n'] += 1
+      out = fn(completions, queries)
+      # eval (initial) is call 1; rollouts of steps 1..3 are calls 2..4 -> poison step 3.
+      return out * np.nan if calls['n'] == 4 else out
+    return reward
+
+  monkeypatch.setattr(tasks, 'get_reward_fn', poisoned)
+  config = tiny_run_config('grpo', num_steps=6)
+  config.grpo.group_size = 4
+  config.eval.every_steps = 100
+  workdir = str(tmp_path)
+  with pytest.raises(learner_lib.NonFiniteError, match='step 3'):
+    train.run(config, workdir, show_progress=False)
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
+  assert ckpt.latest_step() == 2
+  assert ckpt.manager.restore(2) is not None
+
+
+def test_bad_config_fails_before_compute(tmp_path):
+  config = tiny_run_config('sgpo')
+  config.train.rows_per_batch = 20
+  with pytest.raises(ValueError, match='rows_per_batch=20 is not a multiple'):
+    train.run(config, str(tmp_path))
+  assert not os.path.exists(os.path.join(tmp_path, 'checkpoints'))
