@@ -16,13 +16,14 @@ Inputs (local):
 Launch:
   python -m sgpo_jax.main --config configs/qwen2_5_math_1_5b_dapo_math.py --config.dry_run=True
   python -m sgpo_jax.main --config configs/qwen2_5_math_1_5b_dapo_math.py:method=dapo \
-      --config.model.hf_path=/data/Qwen2.5-Math-1.5B --config.tokenizer.path=/data/Qwen2.5-Math-1.5B \
+      --config.model.hf_path=/data/Qwen2.5-Math-1.5B \
+      --config.tokenizer.path=/data/Qwen2.5-Math-1.5B \
       --config.data.path=/data/math/train --config.data.eval_path=/data/math500/test.jsonl \
       --workdir gs://bucket/runs/q15_math_dapo
   one 80-140 GB GPU: append `,gpu=1` to the config argument.
 
 Memory (dry run, per v5e-8 chip): ~2.9 GiB params/grads/AdamW, 3.1 GiB KV cache for
-256 rows x 3584 tokens, activations ~1.8 GiB with remat and 1 row per chip per micro-batch.
+256 rows x 3584 tokens, activations ~1.7 GiB with remat and 1 row per chip per micro-batch.
 Qwen2.5-Math-1.5B supports 4096 positions, so prompt + completion stays at 3584.
 """
 

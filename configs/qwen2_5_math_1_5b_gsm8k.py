@@ -16,7 +16,8 @@ Launch:
   python -m sgpo_jax.main --config configs/qwen2_5_math_1_5b_gsm8k.py --config.dry_run=True
   # TPU v5e-8 (one host, 8 chips of 16 GB): fsdp=8
   python -m sgpo_jax.main --config configs/qwen2_5_math_1_5b_gsm8k.py \
-      --config.model.hf_path=/data/Qwen2.5-Math-1.5B --config.tokenizer.path=/data/Qwen2.5-Math-1.5B \
+      --config.model.hf_path=/data/Qwen2.5-Math-1.5B \
+      --config.tokenizer.path=/data/Qwen2.5-Math-1.5B \
       --config.data.path=/data/gsm8k --workdir gs://bucket/runs/q15_gsm8k_sgpo
   # one 80-140 GB GPU: `:gpu=1` (mesh 1x1x1, 8 micro-batches); or --config.method=grpo
   python -m sgpo_jax.main --config configs/qwen2_5_math_1_5b_gsm8k.py:gpu=1,method=grpo ...
@@ -25,7 +26,7 @@ Memory (from `sgpo_jax/dry_run.py`, per device): params f32 5.8 GiB in total, so
 params + grads + AdamW are ~2.9 GiB per chip; the sampler's KV cache for 256 rows x 1536
 tokens is 1.3 GiB per chip; activations with remat and 2 rows per chip per micro-batch are
 ~1.4 GiB. On one GPU: ~23 GiB for params/grads/AdamW, 10.5 GiB KV cache, activations set
-by micro_batches (8 -> 32 rows, ~20 GiB). Run the dry run for exact numbers after changes.
+by micro_batches (8 -> 32 rows, ~22 GiB). Run the dry run for exact numbers after changes.
 
 Parameter dtype: float32 master weights, bfloat16 compute. RL learning rates (1e-6) give
 updates far below bfloat16's 2^-8 relative precision, so bf16 weights would round most

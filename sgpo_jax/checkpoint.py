@@ -23,8 +23,10 @@ class Checkpointer:
     self.directory = os.path.abspath(directory)
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
                                            enable_async_checkpointing=async_save)
-    self.manager = ocp.CheckpointManager(self.directory, options=options,
-                                         item_names=('state', 'meta'))
+    self.manager = ocp.CheckpointManager(
+        self.directory, options=options,
+        item_handlers={'state': ocp.StandardCheckpointHandler(),
+                       'meta': ocp.JsonCheckpointHandler()})
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -40,6 +42,10 @@ class Checkpointer:
     restored = self.manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
     return restored['state'], dict(restored['meta'])
+
+  def restore_meta(self, step: int) -> dict:
+    restored = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+    return dict(restored['meta'])
 
   def wait(self) -> None:
     self.manager.wait_until_finished()

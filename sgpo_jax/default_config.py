@@ -41,12 +41,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data.max_digits = 4
   c.data.reward = 'arithmetic'  # arithmetic | math (math-verify with bounded time)
   c.data.format_reward = 0.0  # optional bonus for a well-formed answer; 0 = off
+  c.data.math_workers = 2  # math reward: killable math-verify worker processes
 
   c.tokenizer = ml_collections.ConfigDict()
   c.tokenizer.kind = 'char'  # char | hf
   c.tokenizer.path = ''  # local HF tokenizer directory for kind='hf'
   c.tokenizer.chat_template = False
   c.tokenizer.system_prompt = ''
+  c.tokenizer.stop_strings = ()  # extra stop strings -> stop token ids for the sampler
 
   c.model = ml_collections.ConfigDict()
   c.model.vocab_size = 16  # char tokenizer: 10 digits + '+=' + PAD/BOS/EOS (+1 spare)

@@ -55,9 +55,9 @@ def _mesh_for(mesh_config: Any, num_devices: int | None) -> tuple[Any, str]:
       return sharding_lib.make_mesh(mesh_config), 'placed'
     except ValueError:
       pass
-  fixed = math.prod(s for s in shape if s != -1)
-  rest = 1 if num_devices is None else max(1, num_devices // fixed)
-  resolved = sharding_lib.resolve_mesh_shape(shape, axes, fixed * (rest if -1 in shape else 1))
+  if num_devices is None:
+    num_devices = math.prod(s for s in shape if s != -1)  # a -1 axis counts as 1
+  resolved = sharding_lib.resolve_mesh_shape(shape, axes, num_devices)
   return AbstractMesh(resolved, axes), 'analytic'
 
 
@@ -124,7 +124,7 @@ def dry_run(config: ml_collections.ConfigDict, num_devices: int | None = None,
       'params': param_elems_dev * pbytes,
       'grads': param_elems_dev * pbytes,
       'optimizer': param_elems_dev * 2 * 4,
-      'kv_cache': int(math.ceil(kv)),
+      'kv_cache': math.ceil(kv),
       'activations': activation_bytes(cfg, micro_rows, seq_len, int(t.logprob_chunk)),
   }
   # Sampling and training do not overlap: peak is the larger of the two phases.
@@ -170,13 +170,13 @@ def format_table(result: dict[str, Any]) -> str:
   m, mesh, mem = result['model'], result['mesh'], result['bytes_per_device']
   f, shapes = result['flops_per_step'], result['shapes']
   lines = [
-      f"dry run  mesh {mesh['shape']} ({mesh['mode']}, {mesh['devices']} devices, "
-      f"batch shards {mesh['batch_shards']})",
-      f"  params       {m['params_total'] / 1e6:10.1f} M total, "
-      f"{m['params_nonembed'] / 1e6:.1f} M non-embedding "
-      f"(param {m['param_dtype']}, compute {m['dtype']}, remat {m['remat']})",
-      f"  batch        {shapes['rows_per_batch']} rows x {shapes['seq_len']} tokens, "
-      f"{shapes['micro_batch_rows_per_device']} rows per device per micro-batch",
+      (f"dry run  mesh {mesh['shape']} ({mesh['mode']}, {mesh['devices']} devices, "
+       f"batch shards {mesh['batch_shards']})"),
+      (f"  params       {m['params_total'] / 1e6:10.1f} M total, "
+       f"{m['params_nonembed'] / 1e6:.1f} M non-embedding "
+       f"(param {m['param_dtype']}, compute {m['dtype']}, remat {m['remat']})"),
+      (f"  batch        {shapes['rows_per_batch']} rows x {shapes['seq_len']} tokens, "
+       f"{shapes['micro_batch_rows_per_device']} rows per device per micro-batch"),
       '  bytes per device',
   ]
   for key in ('params', 'grads', 'optimizer', 'kv_cache', 'activations', 'peak_train',

@@ -140,20 +140,20 @@ def model_config_from_hf(hf_dir: str | Mapping[str, Any], **overrides: Any
   model_type = _check_supported(hf)
   n_heads = int(hf['num_attention_heads'])
   head_dim = hf.get('head_dim') or hf['hidden_size'] // n_heads
-  fields = dict(
-      vocab_size=int(hf['vocab_size']),
-      d_model=int(hf['hidden_size']),
-      n_layers=int(hf['num_hidden_layers']),
-      n_heads=n_heads,
-      n_kv_heads=int(hf.get('num_key_value_heads') or n_heads),
-      head_dim=int(head_dim),
-      d_ff=int(hf['intermediate_size']),
-      rope_theta=_rope_theta(hf),
-      rms_eps=float(hf.get('rms_norm_eps', 1e-6)),
-      tie_embeddings=bool(hf.get('tie_word_embeddings', False)),  # both classes default False
-      qkv_bias=model_type == 'qwen2',
-      max_len=int(hf.get('max_position_embeddings', 2048)),
-  )
+  fields = {
+      'vocab_size': int(hf['vocab_size']),
+      'd_model': int(hf['hidden_size']),
+      'n_layers': int(hf['num_hidden_layers']),
+      'n_heads': n_heads,
+      'n_kv_heads': int(hf.get('num_key_value_heads') or n_heads),
+      'head_dim': int(head_dim),
+      'd_ff': int(hf['intermediate_size']),
+      'rope_theta': _rope_theta(hf),
+      'rms_eps': float(hf.get('rms_norm_eps', 1e-6)),
+      'tie_embeddings': bool(hf.get('tie_word_embeddings', False)),  # both classes default False
+      'qkv_bias': model_type == 'qwen2',
+      'max_len': int(hf.get('max_position_embeddings', 2048)),
+  }
   fields.update(overrides)
   cfg = model_lib.ModelConfig(**fields)
   cfg.validate()
@@ -199,6 +199,7 @@ def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | No
       'attention_dropout': 0.0,
       'use_cache': True,
       'dtype': torch_dtype or cfg.param_dtype,
+      'torch_dtype': torch_dtype or cfg.param_dtype,  # the name transformers 4.x reads
   }
   if model_type == 'qwen2':
     hf.update(use_sliding_window=False, sliding_window=None, max_window_layers=cfg.n_layers,
@@ -331,7 +332,7 @@ def _weight_files(hf_dir: str) -> dict[str, str]:
   names = {}
   for path in files:
     with safe_open(path, framework='numpy') as f:
-      names.update({name: path for name in f.keys()})
+      names.update(dict.fromkeys(f.keys(), path))
   return names
 
 
@@ -432,10 +433,12 @@ def save_hf_checkpoint(params: Params, cfg: model_lib.ModelConfig, out_dir: str,
     size += nbytes
   if write:
     os.makedirs(out_dir, exist_ok=True)
-    for stale in glob.glob(os.path.join(out_dir, '*.safetensors')) + [
-        os.path.join(out_dir, INDEX_FILE)]:
-      if os.path.exists(stale):
-        os.remove(stale)
+    # Shards of an earlier export with another shard count would sit beside the new index.
+    stale = glob.glob(os.path.join(out_dir, 'model-*-of-*.safetensors')) + [
+        os.path.join(out_dir, SINGLE_FILE), os.path.join(out_dir, INDEX_FILE)]
+    for path in stale:
+      if os.path.exists(path):
+        os.remove(path)
   written, weight_map, total = [], {}, 0
   for i, group in enumerate(groups):
     name = _shard_file_name(i, len(groups))
@@ -461,8 +464,9 @@ def save_hf_checkpoint(params: Params, cfg: model_lib.ModelConfig, out_dir: str,
     written.append(os.path.join(out_dir, 'config.json'))
     if tokenizer_dir:
       for file in TOKENIZER_FILES:
-        src = os.path.join(tokenizer_dir, file)
+        src, dst = os.path.join(tokenizer_dir, file), os.path.join(out_dir, file)
         if os.path.isfile(src):
-          shutil.copyfile(src, os.path.join(out_dir, file))
-          written.append(os.path.join(out_dir, file))
+          if not (os.path.exists(dst) and os.path.samefile(src, dst)):
+            shutil.copyfile(src, dst)
+          written.append(dst)
   return written

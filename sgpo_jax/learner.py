@@ -214,7 +214,7 @@ class Learner:
     out = dict(grpo.finalize_loss_metrics(metrics))
     out.update({f'{k}': v for k, v in adv_stats.items()})
     out['loss'] = loss
-    out['grad_norm'] = optax.global_norm(grads)
+    out['grad_norm'] = optax.tree.norm(grads)
     return {'params': params, 'opt_state': opt_state}, out
 
   def train_step(self, state, batch_np: dict[str, np.ndarray]):

@@ -106,14 +106,34 @@ def test_activation_estimate_responds_to_remat_and_logprob_chunk():
   assert remat - chunked == 2 * 2 * (1536 - 256) * 151936 * 4
 
 
+# Qwen/Qwen2.5-Math-1.5B config.json as published (transformers v4 layout).
+HUB_CONFIG = {
+    'architectures': ['Qwen2ForCausalLM'], 'attention_dropout': 0.0, 'bos_token_id': 151643,
+    'eos_token_id': 151643, 'hidden_act': 'silu', 'hidden_size': 1536,
+    'initializer_range': 0.02, 'intermediate_size': 8960, 'max_position_embeddings': 4096,
+    'max_window_layers': 21, 'model_type': 'qwen2', 'num_attention_heads': 12,
+    'num_hidden_layers': 28, 'num_key_value_heads': 2, 'rms_norm_eps': 1e-06,
+    'rope_theta': 10000.0, 'sliding_window': 4096, 'tie_word_embeddings': True,
+    'torch_dtype': 'bfloat16', 'use_cache': True, 'use_mrope': False,
+    'use_sliding_window': False, 'vocab_size': 151936}
+
+
 def test_dry_run_checks_an_existing_hf_config(tmp_path):
   c = load_config('qwen2_5_math_1_5b_gsm8k')
   cfg = model_lib.ModelConfig.from_config(c.model)
   c.model.hf_path = str(tmp_path)
   with open(tmp_path / 'config.json', 'w') as f:
-    json.dump(hf.hf_config_from_model_config(cfg), f)
+    json.dump(HUB_CONFIG, f)
   assert dry_run.dry_run(c, print_table=False)['hf_config_checked']
+  assert hf.model_config_from_hf(str(tmp_path), dtype='bfloat16', remat=True) == cfg
   with open(tmp_path / 'config.json', 'w') as f:
     json.dump(hf.hf_config_from_model_config(dataclasses.replace(cfg, d_ff=8192)), f)
   with pytest.raises(ValueError, match=r'model\.d_ff=8960 but the checkpoint has 8192'):
     dry_run.dry_run(c, print_table=False)
+
+
+def test_num_devices_that_the_mesh_cannot_fill_is_an_error():
+  c = default_config.get_config()
+  c.mesh.shape = (1, 8, 1)
+  with pytest.raises(ValueError, match='mesh.shape'):
+    dry_run.dry_run(c, num_devices=16, print_table=False)

@@ -44,9 +44,9 @@ def _build(kind: str, path: str):
   torch = pytest.importorskip('torch')
   import transformers
   torch.manual_seed({'qwen2': 0, 'llama': 1}[kind])
-  common = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                max_position_embeddings=128, initializer_range=0.2, rms_norm_eps=1e-5,
-                bos_token_id=1, eos_token_id=2, pad_token_id=0)
+  common = {'vocab_size': VOCAB, 'hidden_size': 64, 'num_hidden_layers': 2,
+            'num_attention_heads': 4, 'max_position_embeddings': 128, 'initializer_range': 0.2,
+            'rms_norm_eps': 1e-5, 'bos_token_id': 1, 'eos_token_id': 2, 'pad_token_id': 0}
   if kind == 'qwen2':
     config = transformers.Qwen2Config(intermediate_size=128, num_key_value_heads=2,
                                       tie_word_embeddings=False, **common)
@@ -125,8 +125,8 @@ def test_config_mapping(checkpoints):
 
 
 def test_rope_theta_v4_layouts():
-  base = dict(model_type='llama', vocab_size=8, hidden_size=8, num_hidden_layers=1,
-              num_attention_heads=2, intermediate_size=8)
+  base = {'model_type': 'llama', 'vocab_size': 8, 'hidden_size': 8, 'num_hidden_layers': 1,
+              'num_attention_heads': 2, 'intermediate_size': 8}
   assert hf.model_config_from_hf({**base, 'rope_theta': 123.0}).rope_theta == 123.0
   assert hf.model_config_from_hf(
       {**base, 'rope_scaling': {'rope_type': 'default', 'rope_theta': 7.0}}).rope_theta == 7.0
@@ -174,12 +174,13 @@ _SHARDED_SCRIPT = textwrap.dedent('''
 
 
 def test_sharded_import_on_8_devices_matches_single_device(checkpoints, tmp_path):
-  path, _, ref_logits = checkpoints['qwen2']
+  path = checkpoints['qwen2'][0]
   np.save(tmp_path / 'tokens.npy', TOKENS)
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
              JAX_PLATFORMS='cpu', PYTHONPATH=ROOT)
-  proc = subprocess.run([sys.executable, '-c', _SHARDED_SCRIPT, path, str(tmp_path / 'tokens.npy')],
-                        env=env, capture_output=True, text=True, timeout=300)
+  proc = subprocess.run(
+      [sys.executable, '-c', _SHARDED_SCRIPT, path, str(tmp_path / 'tokens.npy')],
+      env=env, capture_output=True, text=True, timeout=300, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   result = json.loads(proc.stdout.strip().splitlines()[-1])
   assert result['devices'] == 8
@@ -210,6 +211,9 @@ def test_export_reloads_in_transformers_with_same_logits(checkpoints, mesh1, tmp
   assert exported['architectures'] == [hf.ARCHITECTURES[kind]]
   reloaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
   np.testing.assert_allclose(_hf_logits(reloaded, TOKENS), ref_logits, atol=1e-5, rtol=1e-5)
+  reimported = hf.load_hf_params(out, cfg, mesh1)  # through the sharded index
+  for a, b in zip(jax.tree.leaves(reimported), jax.tree.leaves(params)):
+    assert np.array_equal(np.asarray(a), np.asarray(b))
   # The fixture's word-level tokenizer is not a Qwen/Llama one, so load it by its own class
   # (AutoTokenizer would pick the model_type's tokenizer class).
   tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(out)
@@ -217,8 +221,8 @@ def test_export_reloads_in_transformers_with_same_logits(checkpoints, mesh1, tmp
 
 
 @pytest.mark.parametrize('overrides', [
-    dict(qkv_bias=False, tie_embeddings=False, param_dtype='float32'),
-    dict(qkv_bias=True, tie_embeddings=True, param_dtype='bfloat16', rope_theta=1234.0),
+    {'qkv_bias': False, 'tie_embeddings': False, 'param_dtype': 'float32'},
+    {'qkv_bias': True, 'tie_embeddings': True, 'param_dtype': 'bfloat16', 'rope_theta': 1234.0},
 ])
 def test_export_import_round_trip_is_exact(mesh1, tmp_path, overrides):
   cfg = model_lib.ModelConfig(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
@@ -311,14 +315,14 @@ def test_config_mismatch_names_fields(checkpoints, mesh1):
 
 
 @pytest.mark.parametrize('fields, match', [
-    (dict(model_type='mixtral', architectures=['MixtralForCausalLM']), "model_type='mixtral'"),
-    (dict(use_sliding_window=True), 'use_sliding_window=True'),
-    (dict(num_experts=8), 'num_experts=8'),
-    (dict(rope_parameters={'rope_type': 'llama3', 'rope_theta': 5e5, 'factor': 8.0}),
+    ({'model_type': 'mixtral', 'architectures': ['MixtralForCausalLM']}, "model_type='mixtral'"),
+    ({'use_sliding_window': True}, 'use_sliding_window=True'),
+    ({'num_experts': 8}, 'num_experts=8'),
+    ({'rope_parameters': {'rope_type': 'llama3', 'rope_theta': 5e5, 'factor': 8.0}},
      r"rope_parameters\.rope_type='llama3'"),
-    (dict(rope_scaling={'type': 'linear', 'factor': 2.0}), r"rope_scaling\.rope_type='linear'"),
-    (dict(hidden_act='gelu'), "hidden_act='gelu'"),
-    (dict(architectures=['Qwen2ForSequenceClassification']), 'architectures='),
+    ({'rope_scaling': {'type': 'linear', 'factor': 2.0}}, r"rope_scaling\.rope_type='linear'"),
+    ({'hidden_act': 'gelu'}, "hidden_act='gelu'"),
+    ({'architectures': ['Qwen2ForSequenceClassification']}, 'architectures='),
 ])
 def test_unsupported_configs_name_the_field(checkpoints, fields, match):
   with open(os.path.join(checkpoints['qwen2'][0], 'config.json')) as f:
@@ -338,3 +342,17 @@ def test_llama_attention_bias_is_rejected(checkpoints, tmp_path):
 def test_not_a_checkpoint_dir(tmp_path, mesh1):
   with pytest.raises(ValueError, match='no config.json'):
     hf.model_config_from_hf(str(tmp_path))
+
+
+def test_bfloat16_checkpoint_loads_into_float32_params(mesh1, tmp_path):
+  """Hub checkpoints are usually bf16; f32 master weights are their exact upcast."""
+  cfg = model_lib.ModelConfig(vocab_size=VOCAB, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2,
+                              head_dim=8, d_ff=48, max_len=64, init_std=0.2, qkv_bias=True)
+  params = params_for(cfg, 4)
+  hf.save_hf_checkpoint(params, cfg, str(tmp_path / 'bf16'), dtype='bfloat16')
+  with open(tmp_path / 'bf16' / 'config.json') as f:
+    assert json.load(f)['dtype'] == 'bfloat16'
+  loaded = hf.load_hf_params(str(tmp_path / 'bf16'), cfg, mesh1)
+  for a, b in zip(jax.tree.leaves(loaded), jax.tree.leaves(params)):
+    assert a.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b.astype(jnp.bfloat16), np.float32))
