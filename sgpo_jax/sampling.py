@@ -6,7 +6,9 @@ left-padded into a few length buckets (powers of two from `min_prompt_bucket` up
 Temperature, top-p and top-k are traced values: changing them never recompiles.
 
 Randomness is per row: row r's key is `fold_in(rng, row_id[r])`, so a completion depends
-only on its own row id, not on how rows are split over devices or calls.
+only on its own row id, not on how rows are split over devices or calls. A negative row id
+marks an unused (filler) row: it starts done, so it never holds up the early exit once every
+real row has stopped, and it returns PAD with mask 0.
 
 Returned log-probs are those of each sampled token under the temperature-scaled,
 untruncated distribution (log_softmax(logits / T); T = 0 counts as T = 1). That is the
@@ -119,16 +121,18 @@ class Sampler:
         variables, prompt_RxP, model_lib.positions_from_mask(prompt_mask_RxP), kv_mask_RxS,
         cache, 0)
     logits_RxV = model_lib.logits_from_hidden(params, cfg, hidden_RxPxD[:, -1:])[:, 0]
-    row_keys = jax.vmap(lambda i: jax.random.fold_in(rng, i))(row_ids_R)
+    row_keys = jax.vmap(lambda i: jax.random.fold_in(rng, i))(jnp.arange(rows))
     step_keys = lambda t: jax.vmap(lambda k: jax.random.fold_in(k, t))(row_keys)  # noqa: E731
     stop_ids = jnp.asarray(self.stop_ids)
     prompt_len_R = jnp.sum(prompt_mask_RxP.astype(jnp.int32), axis=1)
 
     token_R, logp_R = _pick(logits_RxV, step_keys(0), temperature, top_p, top_k)
+    used_R = row_ids_R >= 0
+    token_R = jnp.where(used_R, token_R, self.pad_id)
     tokens_RxN = jnp.full((rows, n_new), self.pad_id, jnp.int32).at[:, 0].set(token_R)
-    logps_RxN = jnp.zeros((rows, n_new), jnp.float32).at[:, 0].set(logp_R)
-    mask_RxN = jnp.zeros((rows, n_new), jnp.int32).at[:, 0].set(1)
-    done_R = jnp.isin(token_R, stop_ids)
+    logps_RxN = jnp.zeros((rows, n_new), jnp.float32).at[:, 0].set(jnp.where(used_R, logp_R, 0.0))
+    mask_RxN = jnp.zeros((rows, n_new), jnp.int32).at[:, 0].set(used_R.astype(jnp.int32))
+    done_R = ~used_R | jnp.isin(token_R, stop_ids)
 
     def cond(state):
       t, _, _, done_R, *_ = state
@@ -178,10 +182,13 @@ class Sampler:
 
   def generate(self, params, prompt_RxP, prompt_mask_RxP, row_ids_R, rng, *, temperature=1.0,
                top_p=1.0, top_k=0):
-    """One call on device arrays of exactly `rows` rows; returns device arrays."""
+    """One call on arrays of exactly `rows` rows (row id < 0: unused row); returns device
+    arrays."""
     batch = sharding_lib.shard_batch(
         self.mesh, (np.asarray(prompt_RxP, np.int32), np.asarray(prompt_mask_RxP, np.int32),
                     np.asarray(row_ids_R, np.int32)))
+    # A committed key on one device would not match the replicated in_sharding on a bigger mesh.
+    rng = jax.device_put(rng, sharding_lib.replicated(self.mesh))
     return self._generate_jit(params, *batch, rng, jnp.float32(temperature), jnp.float32(top_p),
                               jnp.int32(top_k))
 
@@ -191,7 +198,7 @@ class Sampler:
     outputs, calls = [], []
     for start in range(0, len(prompts), self.rows):
       chunk = list(prompts[start:start + self.rows])
-      ids = np.zeros(self.rows, np.int32)
+      ids = np.full(self.rows, -1, np.int32)  # filler rows: unused, done from the start
       ids[:len(chunk)] = row_ids[start:start + self.rows]
       tokens, mask = self.pad_prompts(chunk)
       out = sharding_lib.to_host(self.generate(params, tokens, mask, ids, rng,

@@ -1,0 +1,41 @@
+"""The analytic FLOPs ledger agrees with XLA's own cost analysis of the compiled model."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from sgpo_jax import default_config
+from sgpo_jax import flops as flops_lib
+from sgpo_jax import model as model_lib
+
+
+@pytest.fixture(scope='module')
+def default_model():
+  cfg = model_lib.ModelConfig.from_config(default_config.get_config().model)
+  return cfg, model_lib.init_params(cfg, jax.random.key(0))
+
+
+@pytest.mark.parametrize('rows,seq_len', [(64, 20), (16, 32)])
+def test_forward_flops_match_xla_within_15_percent(default_model, rows, seq_len):
+  cfg, params = default_model
+  model = model_lib.Transformer(cfg)
+  tokens = jnp.ones((rows, seq_len), jnp.int32)
+  forward = jax.jit(lambda p, t, m: model_lib.forward(model, p, t, m))
+  measured = flops_lib.xla_flops(forward, params, tokens, tokens)
+  analytic = rows * seq_len * flops_lib.forward_flops_per_token(cfg, seq_len)
+  assert measured == pytest.approx(analytic, rel=0.15)
+
+
+def test_train_step_flops_match_xla_within_15_percent(default_model):
+  cfg, params = default_model
+  model = model_lib.Transformer(cfg)
+  rows, seq_len = 64, 20
+  tokens = jnp.ones((rows, seq_len), jnp.int32)
+
+  def loss(p):
+    logits = model_lib.forward(model, p, tokens, tokens)
+    return jnp.mean(jax.nn.log_softmax(logits)[..., 0])
+
+  measured = flops_lib.xla_flops(jax.jit(jax.grad(loss)), params)
+  analytic = rows * seq_len * flops_lib.train_flops_per_token(cfg, seq_len)
+  assert measured == pytest.approx(analytic, rel=0.15)
