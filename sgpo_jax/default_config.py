@@ -35,7 +35,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data.prompt_field = 'prompt'
   c.data.answer_field = 'answer'
   c.data.bad_rows = 'error'  # error | skip
-  c.data.num_train = 8192  # arithmetic: training pool size
+  c.data.num_train = 4096  # arithmetic: training pool size (large: sGPO overfits a small one)
+  c.data.rl_pool_size = 0  # >0: profile and train RL on the first this-many queries only
   c.data.num_eval = 512  # arithmetic: held-out eval problems (disjoint from train)
   c.data.min_digits = 1  # arithmetic difficulty knob: digits per operand
   c.data.max_digits = 4
@@ -84,7 +85,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   # Supervised warm start that makes the "pretrained" initial policy (cached).
   c.warm_start = ml_collections.ConfigDict()
-  c.warm_start.steps = 900
+  c.warm_start.steps = 1000
   c.warm_start.batch_size = 64
   c.warm_start.learning_rate = 2e-3
   c.warm_start.cache_dir = ''  # '' = <workdir>/warm_start; shared dir to reuse across runs
@@ -118,6 +119,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 150
+  c.train.flops_budget = 0.0  # >0: stop once cumulative FLOPs (profiling included) reach it
   c.train.rows_per_batch = 128  # R: rows per RL batch, a multiple of every group size
   c.train.learning_rate = 2e-4
   c.train.warmup_steps = 5
@@ -147,7 +149,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.checkpoint.async_save = False
 
   c.eval = ml_collections.ConfigDict()
-  c.eval.every_steps = 25
+  c.eval.every_steps = 10
   c.eval.pass_k = 0  # >0: also pass@k at temperature sampling.temperature
 
   if args.get('runlocal'):

@@ -132,7 +132,7 @@ class Learner:
     return self.traces
 
   def init_state(self, params) -> dict[str, Any]:
-    opt_state = jax.jit(self.optimizer.init)(params)
+    opt_state = sharding_lib.init_optimizer_state(self.optimizer, params)
     state = {'params': params, 'opt_state': opt_state}
     self._build(state)
     return state

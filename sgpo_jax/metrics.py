@@ -77,7 +77,11 @@ class MetricsWriter:
     self.path = os.path.join(workdir, 'metrics.jsonl')
     self.rows: list[dict] = []
     if resume_step is not None:
-      self.rows = truncate_jsonl(self.path, lambda r: r.get('step', 0) <= resume_step)
+      # Process 0's rows for everyone: other hosts may not see the file, and must not read it
+      # while process 0 rewrites it.
+      self.rows = sharding.broadcast_from_writer(
+          truncate_jsonl(self.path, lambda r: r.get('step', 0) <= resume_step)
+          if sharding.is_writer() else None)
     elif sharding.is_writer() and os.path.exists(self.path):
       os.remove(self.path)
     self._tb = None

@@ -16,13 +16,14 @@ initial policy, profiles the pool, and writes profile.jsonl and plots/p_hat_hist
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import jax
 import numpy as np
 from tqdm.auto import tqdm
 
 from sgpo_jax import metrics as metrics_lib
+from sgpo_jax import sharding as sharding_lib
 from sgpo_jax.evaluate import count_generation, decode_rows
 from sgpo_jax.sampling import Sampler
 
@@ -37,38 +38,60 @@ def read_profile(path: str) -> dict[int, dict]:
 
 def profile_queries(sampler: Sampler, params, queries: Sequence, tokenizer, reward_fn, *,
                     num_samples: int, temperature: float, seed: int, path: str, ledger=None,
-                    queries_per_flush: int | None = None, show_progress: bool = True
+                    queries_per_flush: int | None = None, show_progress: bool = True,
+                    settled: Callable[[int, int], bool] | None = None
                     ) -> dict[str, np.ndarray]:
   """Profiles every query not yet in `path`; returns arrays over the whole pool.
 
+  settled(n_correct, n_drawn) -> True stops sampling a query early (profile.early_stop):
+  samples are then drawn one per query per round, and a query leaves the round robin once
+  settled, so its row in profile.jsonl has n_samples < num_samples. Sample j of a query is
+  row id query_index * k + j with or without early stopping.
+
   Returns {'query_index', 'n_samples', 'n_correct', 'p_hat'} ordered by pool index.
   """
-  done = read_profile(path)
+  # Process 0's view: it may already be appending while another process would read.
+  done = {int(k): v for k, v in sharding_lib.broadcast_from_writer(
+      {str(k): v for k, v in read_profile(path).items()} if sharding_lib.is_writer() else None
+  ).items()}
   todo = [i for i in range(len(queries)) if i not in done]
   rng = jax.random.fold_in(jax.random.key(seed), PROFILE_STREAM)
   per_call = max(1, sampler.rows // num_samples)
-  per_flush = queries_per_flush or per_call * 8
+  # Early stop shrinks the rows of later rounds; a chunk spanning several sampler calls
+  # per round is what turns fewer rows into fewer (FLOPs-counted) calls.
+  per_flush = queries_per_flush or (per_call * 8 if settled is None else sampler.rows * 8)
+  round_size = num_samples if settled is None else 1
   bar = tqdm(total=len(queries), initial=len(done), desc='profile', unit='q',
              disable=not show_progress)
   start = time.time()
   for chunk_start in range(0, len(todo), per_flush):
     chunk = todo[chunk_start:chunk_start + per_flush]
-    prompts, row_ids, row_queries = [], [], []
-    for qi in chunk:
-      prompt = tokenizer.encode_prompt(queries[qi].prompt)
-      for j in range(num_samples):
-        prompts.append(prompt)
-        row_ids.append(qi * num_samples + j)
-        row_queries.append(queries[qi])
-    out = sampler.sample(params, prompts, row_ids, rng, temperature=temperature)
-    count_generation(ledger, 'profile', sampler, out, len(prompts))
-    rewards = reward_fn(decode_rows(tokenizer, out.tokens_RxN, out.mask_RxN), row_queries)
-    correct_QxK = (np.asarray(rewards) >= 1.0).reshape(len(chunk), num_samples)
+    drawn = dict.fromkeys(chunk, 0)
+    correct = dict.fromkeys(chunk, 0)
+    active = list(chunk)
+    while active:
+      prompts, row_ids, row_queries, row_q = [], [], [], []
+      for qi in active:
+        prompt = tokenizer.encode_prompt(queries[qi].prompt)
+        for j in range(drawn[qi], drawn[qi] + round_size):
+          prompts.append(prompt)
+          row_ids.append(qi * num_samples + j)
+          row_queries.append(queries[qi])
+          row_q.append(qi)
+      out = sampler.sample(params, prompts, row_ids, rng, temperature=temperature)
+      count_generation(ledger, 'profile', sampler, out, len(prompts))
+      rewards = sharding_lib.score_across_processes(
+          reward_fn, decode_rows(tokenizer, out.tokens_RxN, out.mask_RxN), row_queries)
+      for qi, ok in zip(row_q, np.asarray(rewards) >= 1.0):
+        correct[qi] += int(ok)
+      for qi in active:
+        drawn[qi] += round_size
+      active = [qi for qi in active if drawn[qi] < num_samples
+                and not (settled is not None and settled(correct[qi], drawn[qi]))]
     rows = []
-    for qi, correct_K in zip(chunk, correct_QxK):
-      n_correct = int(correct_K.sum())
-      rows.append({'id': qi, 'n_samples': num_samples, 'n_correct': n_correct,
-                   'p_hat': n_correct / num_samples, 'group_size': None, 'phase': None})
+    for qi in chunk:
+      rows.append({'id': qi, 'n_samples': drawn[qi], 'n_correct': correct[qi],
+                   'p_hat': correct[qi] / drawn[qi], 'group_size': None, 'phase': None})
     metrics_lib.append_jsonl(path, rows)
     done.update({r['id']: r for r in rows})
     bar.update(len(chunk))

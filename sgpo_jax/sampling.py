@@ -121,7 +121,7 @@ class Sampler:
         variables, prompt_RxP, model_lib.positions_from_mask(prompt_mask_RxP), kv_mask_RxS,
         cache, 0)
     logits_RxV = model_lib.logits_from_hidden(params, cfg, hidden_RxPxD[:, -1:])[:, 0]
-    row_keys = jax.vmap(lambda i: jax.random.fold_in(rng, i))(jnp.arange(rows))
+    row_keys = jax.vmap(lambda i: jax.random.fold_in(rng, i))(row_ids_R)
     step_keys = lambda t: jax.vmap(lambda k: jax.random.fold_in(k, t))(row_keys)  # noqa: E731
     stop_ids = jnp.asarray(self.stop_ids)
     prompt_len_R = jnp.sum(prompt_mask_RxP.astype(jnp.int32), axis=1)
@@ -188,7 +188,7 @@ class Sampler:
         self.mesh, (np.asarray(prompt_RxP, np.int32), np.asarray(prompt_mask_RxP, np.int32),
                     np.asarray(row_ids_R, np.int32)))
     # A committed key on one device would not match the replicated in_sharding on a bigger mesh.
-    rng = jax.device_put(rng, sharding_lib.replicated(self.mesh))
+    rng = sharding_lib.replicate(self.mesh, rng)
     return self._generate_jit(params, *batch, rng, jnp.float32(temperature), jnp.float32(top_p),
                               jnp.int32(top_k))
 

@@ -406,6 +406,36 @@ def allocate(profile: Any, sgpo_config: Any = None, seed: int = 0) -> Allocation
   )
 
 
+def profile_bucket(n_correct: int, n_samples: int, sgpo_config: Any = None) -> int:
+  """What `allocate` makes of a query with these counts: -1 trivial, 0 unsolved, else G."""
+  p = Fraction(int(n_correct), int(n_samples))
+  if p > _as_fraction(float(_cfg(sgpo_config, 'trivial_threshold', 0.75))):
+    return -1
+  if p == 0:
+    return 0
+  return group_size_for(p, _cfg(sgpo_config, 'group_sizes', DEFAULT_GROUP_SIZES),
+                        str(_cfg(sgpo_config, 'rounding', 'down')),
+                        bool(_cfg(sgpo_config, 'clip', True)))
+
+
+def bucket_settled(n_correct: int, n_drawn: int, num_samples: int,
+                   sgpo_config: Any = None) -> bool:
+  """True when sampling the rest of a query's `num_samples` cannot change its bucket.
+
+  Every possible final count (n_correct .. n_correct + the samples left) must give one
+  bucket, and the counts drawn so far must already give that bucket, so the allocation made
+  from the partial counts is the one a full profile would make (profile.early_stop).
+  """
+  if n_drawn >= num_samples:
+    return True
+  if n_drawn < 1:
+    return False
+  now = profile_bucket(n_correct, n_drawn, sgpo_config)
+  left = num_samples - n_drawn
+  return all(profile_bucket(c, num_samples, sgpo_config) == now
+             for c in range(n_correct, n_correct + left + 1))
+
+
 # ----------------------------------------------------------------------------------------
 # Fixed-shape rows
 

@@ -5,14 +5,20 @@ Sharding is data, not code: every parameter carries logical axis names (model.py
 mesh axes it maps to is replicated instead (e.g. a 16-token vocabulary over tp=3), so tiny
 test models run on any mesh. Batches shard their rows over `BATCH_AXES`.
 
-Multi-process: `shard_batch` builds global arrays from each process's local rows with
-`jax.make_array_from_process_local_data`; `is_writer()` is True on process 0 only.
+Multi-process (one controller per host, `jax.distributed`): every process holds the same
+full host batch (built deterministically from seed, profile and gathered rewards) and
+`shard_batch` hands `jax.make_array_from_process_local_data` only the rows its own devices
+hold. Device outputs come back to every host with `to_host`; rewards are scored once per
+row (`score_across_processes`) so host-side decisions never diverge; state read from files
+comes from process 0 (`broadcast_from_writer`); `is_writer()` is True on process 0 only.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Any, Sequence
+import os
+from typing import Any, Callable, Sequence
 
 import flax.linen as nn
 import jax
@@ -110,6 +116,19 @@ def init_sharded_params(cfg: model_lib.ModelConfig, mesh: Mesh, rng, rules=DEFAU
   return init(rng), shardings
 
 
+def init_optimizer_state(optimizer, params) -> Any:
+  """`optimizer.init(params)` on the params' mesh: moments take their parameter's sharding,
+  everything else (step counts) is replicated. Left to itself jit puts a count on one device,
+  which a multi-process jit rejects next to mesh-wide arrays."""
+  import optax
+  mesh = jax.tree.leaves(params)[0].sharding.mesh
+  shardings = optax.tree_map_params(
+      optimizer, lambda _, s: s, jax.eval_shape(optimizer.init, params),
+      jax.tree.map(lambda x: x.sharding, params),
+      transform_non_params=lambda _: replicated(mesh))
+  return jax.jit(optimizer.init, out_shardings=shardings)(params)
+
+
 def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
   """Rows over the batch axes, everything else replicated."""
   axes = tuple(a for a in BATCH_AXES if a in mesh.shape)
@@ -120,23 +139,48 @@ def batch_size_multiple(mesh: Mesh) -> int:
   return math.prod(mesh.shape[a] for a in BATCH_AXES if a in mesh.shape)
 
 
-def shard_batch(mesh: Mesh, batch: Any) -> Any:
-  """Host numpy arrays (this process's rows, or all rows on one process) -> global arrays.
+def process_local_rows(sharding: NamedSharding, shape: Sequence[int]) -> np.ndarray:
+  """Indices (ascending, unique) of the dim-0 rows this process's devices hold."""
+  rows: set[int] = set()
+  for index in sharding.addressable_devices_indices_map(tuple(shape)).values():
+    rows.update(range(*index[0].indices(shape[0])))
+  return np.asarray(sorted(rows), np.int64)
 
-  With several processes each passes its own contiguous slice of rows; on one process this
-  is a plain sharded device_put.
+
+def shard_batch(mesh: Mesh, batch: Any) -> Any:
+  """Full host numpy batch (identical on every process) -> global arrays, rows sharded.
+
+  With several processes each passes only the rows its own devices hold, so no host
+  uploads another host's rows.
   """
   def put(x):
     x = np.asarray(x)
     sharding = batch_sharding(mesh, x.ndim)
     if jax.process_count() == 1:
       return jax.device_put(x, sharding)
-    return jax.make_array_from_process_local_data(sharding, x)
+    local = x[process_local_rows(sharding, x.shape)]
+    return jax.make_array_from_process_local_data(sharding, local, x.shape)
   return jax.tree.map(put, batch)
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
+
+
+def replicate(mesh: Mesh, x: Any) -> Any:
+  """A value that is the same on every process (numpy, scalar, PRNG key) -> replicated on mesh.
+
+  `jax.device_put` refuses a sharding with other processes' devices; this does not.
+  """
+  sharding = replicated(mesh)
+  if jax.process_count() == 1:
+    return jax.device_put(x, sharding)
+  if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+    data = replicate(mesh, np.asarray(jax.random.key_data(x)))
+    wrap = lambda d: jax.random.wrap_key_data(d, impl=jax.random.key_impl(x))  # noqa: E731
+    return jax.jit(wrap, out_shardings=sharding)(data)
+  x = np.asarray(x)
+  return jax.make_array_from_process_local_data(sharding, x, x.shape)
 
 
 def to_host(x: Any) -> Any:
@@ -150,3 +194,72 @@ def to_host(x: Any) -> Any:
 def is_writer() -> bool:
   """Only process 0 writes files (metrics, reports, plots, profile)."""
   return jax.process_index() == 0
+
+
+def broadcast_from_writer(obj: Any) -> Any:
+  """A JSON-able value as process 0 sees it, on every process.
+
+  Used for state read from the workdir (a partial profile, metrics rows, a warm-start
+  cache hit): process 0 may already be appending to those files while another process
+  reads them, and on hosts without a shared disk only process 0 has them.
+  """
+  if jax.process_count() == 1:
+    return obj
+  from jax.experimental import multihost_utils
+  blob = np.frombuffer(json.dumps(obj).encode(), np.uint8) if is_writer() else None
+  size = int(multihost_utils.broadcast_one_to_all(
+      np.int64(0 if blob is None else blob.size)))
+  data = np.zeros(size, np.uint8) if blob is None else blob
+  data = np.asarray(multihost_utils.broadcast_one_to_all(data), np.uint8)
+  return json.loads(data.tobytes().decode())
+
+
+def score_across_processes(score_fn: Callable[[list, list], Any], completions: Sequence,
+                           queries: Sequence) -> np.ndarray:
+  """float32 rewards of all rows on every process; each row is scored once, on one process.
+
+  Scoring splits the CPU cost over hosts, and since a reward with timeouts (math-verify) can
+  differ between two evaluations of the same text, scoring once keeps every process's
+  allocation decisions identical.
+  """
+  n, count, me = len(completions), jax.process_count(), jax.process_index()
+  if count == 1:
+    return np.asarray(score_fn(list(completions), list(queries)), np.float32).reshape(n)
+  from jax.experimental import multihost_utils
+  per = -(-n // count)
+  lo, hi = min(n, me * per), min(n, (me + 1) * per)
+  local = np.zeros(per, np.float32)
+  if hi > lo:
+    local[:hi - lo] = np.asarray(score_fn(list(completions[lo:hi]), list(queries[lo:hi])),
+                                 np.float32)
+  return np.asarray(multihost_utils.process_allgather(local)).reshape(-1)[:n]
+
+
+def initialize_distributed() -> bool:
+  """Starts `jax.distributed` when a launcher asked for it; call before any jax computation.
+
+  - JAX_COORDINATOR_ADDRESS + JAX_NUM_PROCESSES + JAX_PROCESS_ID set (`sgpo_jax.launch`,
+    multi-node GPU, any hand-rolled launcher): explicit initialization.
+  - SGPO_DISTRIBUTED=1: bare `jax.distributed.initialize()`, which auto-detects Cloud TPU
+    pods, SLURM, Open MPI and Kubernetes.
+  - SGPO_DISTRIBUTED=0 or neither: single process.
+  Returns True when initialized.
+  """
+  mode = os.environ.get('SGPO_DISTRIBUTED', 'auto').lower()
+  if mode in ('0', 'false', 'off') or jax.distributed.is_initialized():
+    return False
+  explicit = all(os.environ.get(k) for k in ('JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES',
+                                             'JAX_PROCESS_ID'))
+  if not explicit and mode not in ('1', 'true', 'on'):
+    return False
+  try:  # gloo is jax 0.10's default for CPU collectives; older/newer lines may differ
+    jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  except (AttributeError, ValueError, KeyError):
+    pass
+  if explicit:
+    jax.distributed.initialize(coordinator_address=os.environ['JAX_COORDINATOR_ADDRESS'],
+                               num_processes=int(os.environ['JAX_NUM_PROCESSES']),
+                               process_id=int(os.environ['JAX_PROCESS_ID']))
+  else:
+    jax.distributed.initialize()
+  return True

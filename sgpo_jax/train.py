@@ -90,6 +90,8 @@ def setup(config, workdir: str, show_progress: bool = True) -> Setup:
   reward_fn = tasks.get_reward_fn(config.data)
   params, shardings, init_info = warm_start_lib.initial_policy(
       config, model_cfg, mesh, tokenizer, train_queries, workdir, show_progress)
+  if config.data.rl_pool_size:  # RL and profiling on a prefix; the warm start saw it all
+    train_queries = train_queries[:config.data.rl_pool_size]
   sampler = Sampler(model_cfg, mesh, shardings, rows=config.train.rows_per_batch,
                     max_prompt_len=s.max_prompt_len, max_new_tokens=s.max_new_tokens,
                     stop_ids=tokenizer.stop_token_ids, pad_id=tokenizer.pad_id,
@@ -106,8 +108,14 @@ def run_profile(su: Setup, show_progress: bool = True) -> sgpo_lib.Allocation:
   profile = profile_lib.profile_queries(
       su.sampler, su.params, su.train_queries, su.tokenizer, su.reward_fn,
       num_samples=config.profile.num_samples, temperature=config.profile.temperature,
-      seed=config.seed, path=path, ledger=su.ledger, show_progress=show_progress)
+      seed=config.seed, path=path, ledger=su.ledger, show_progress=show_progress,
+      settled=_bucket_settled(config) if config.profile.early_stop else None)
   return allocate(su, profile)
+
+
+def _bucket_settled(config):
+  k = int(config.profile.num_samples)
+  return lambda n_correct, n_drawn: sgpo_lib.bucket_settled(n_correct, n_drawn, k, config.sgpo)
 
 
 def allocate(su: Setup, profile: dict) -> sgpo_lib.Allocation:
@@ -139,8 +147,8 @@ def _rollout(su: Setup, params, layout, rng) -> dict[str, np.ndarray]:
   tokens[valid_rows], mask[valid_rows], logps[valid_rows] = (out.tokens_RxN, out.mask_RxN,
                                                             out.logprobs_RxN)
   queries = [su.train_queries[layout.row_query_index_R[r]] for r in valid_rows]
-  rewards[valid_rows] = su.reward_fn(evaluate_lib.decode_rows(tok, out.tokens_RxN, out.mask_RxN),
-                                     queries)
+  rewards[valid_rows] = sharding_lib.score_across_processes(
+      su.reward_fn, evaluate_lib.decode_rows(tok, out.tokens_RxN, out.mask_RxN), queries)
   return dict(tokens=tokens, mask=mask, logps=logps, rewards=rewards,
               row_query_index=np.asarray(layout.row_query_index_R))
 
@@ -303,10 +311,13 @@ def run(config, workdir: str, stop_after: str | None = None, show_progress: bool
     if p_hat_by_query is not None:
       batch_queries = [int(q) for q in rollout['row_query_index'][valid]]
       row['p_hat_mean'] = float(np.mean([p_hat_by_query.get(q, np.nan) for q in batch_queries]))
-    if step % config.eval.every_steps == 0 or step == num_steps:
+    budget_hit = 0 < t.flops_budget <= su.ledger.total
+    if budget_hit:
+      stop_reason = f'flops budget {t.flops_budget:.3g} reached at step {step}'
+    if step % config.eval.every_steps == 0 or step == num_steps or budget_hit:
       last_eval = run_eval(su, state['params'], step)
       row.update(last_eval)
-    if stopper is not None:
+    if stopper is not None and stop_reason is None:
       decision = stopper.update(step, row['reward_mean'], su.ledger.total)
       if decision is not None and decision.should_stop:
         stop_reason = f'early stop at step {step}: {decision.reason}'
@@ -317,8 +328,10 @@ def run(config, workdir: str, stop_after: str | None = None, show_progress: bool
           last_eval = run_eval(su, state['params'], step)
           row.update(last_eval)
     writer.write(row)
-    if os.environ.get('SGPO_TEST_SIGKILL_AFTER_STEP') == str(step):
-      os.kill(os.getpid(), signal.SIGKILL)  # fault injection for the resume test
+    if (os.environ.get('SGPO_TEST_SIGKILL_AFTER_STEP') == str(step) and
+        os.environ.get('SGPO_TEST_SIGKILL_PROCESS', str(jax.process_index())) ==
+        str(jax.process_index())):
+      os.kill(os.getpid(), signal.SIGKILL)  # fault injection for the resume tests
     bar.update(1)
     bar.set_postfix(reward=f"{row['reward_mean']:.2f}", acc=f"{last_eval['eval_accuracy']:.3f}",
                     tok_s=f"{row['tokens_per_second']:.0f}")

@@ -31,6 +31,7 @@ from sgpo_jax import tasks
 def cache_key(config) -> str:
   relevant = {k: config[k].to_dict() for k in ('model', 'data', 'warm_start', 'tokenizer')}
   relevant['warm_start'].pop('cache_dir', None)
+  relevant['data'].pop('rl_pool_size', None)  # SFT always sees the whole pool
   blob = json.dumps(relevant, sort_keys=True, default=str)
   return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -60,7 +61,7 @@ def train_sft(cfg: model_lib.ModelConfig, params, shardings, mesh, examples, ws_
   tokens_NxT, mask_NxT, loss_mask_NxT1 = examples
   model = model_lib.Transformer(cfg)
   optimizer = optax.adamw(float(ws_config.learning_rate))
-  opt_state = jax.jit(optimizer.init)(params)
+  opt_state = sharding_lib.init_optimizer_state(optimizer, params)
   state_shardings = jax.tree.map(lambda x: x.sharding, (params, opt_state))
   b2 = sharding_lib.batch_sharding(mesh, 2)
 
@@ -116,10 +117,15 @@ def initial_policy(config, cfg: model_lib.ModelConfig, mesh, tokenizer, train_qu
                         nn.meta.unbox(abstract), shardings)
   checkpointer = ocp.StandardCheckpointer()
   info_path = os.path.join(path, 'info.json')
-  if os.path.exists(info_path) and os.path.exists(os.path.join(path, 'params')):
-    params = checkpointer.restore(os.path.join(path, 'params'), target)
+  cached = None
+  if (sharding_lib.is_writer() and os.path.exists(info_path) and
+      os.path.exists(os.path.join(path, 'params'))):
     with open(info_path) as f:
-      info = json.load(f)
+      cached = json.load(f)
+  # One decision for all processes: restore and SFT are both collective.
+  info = sharding_lib.broadcast_from_writer(cached)
+  if info is not None:
+    params = checkpointer.restore(os.path.join(path, 'params'), target)
     info['cached'] = True
     logging.info('warm start: reused cached policy %s', path)
     return params, shardings, info
