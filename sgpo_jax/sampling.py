@@ -36,7 +36,7 @@ class SampleOutput:
   lengths_R: np.ndarray
   logprobs_RxN: np.ndarray  # 0 where mask is 0
   # Per call: (prompt bucket length, tokens generated before the loop exited). The loop
-  # stops when every row of the call (filler rows included) is done, so this is what the
+  # stops when every real row of the call is done (filler rows start done), so this is what the
   # hardware computed; the FLOPs ledger counts it.
   calls: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
