@@ -197,15 +197,24 @@ class HFTokenizer:
     return ids
 
   def decode(self, ids: Sequence[int]) -> str:
-    """Text of `ids` up to the first stop token; special tokens are skipped."""
+    """Text of `ids` up to the first stop token; special tokens are skipped.
+
+    Ids past the tokenizer's vocabulary (model embedding tables are often padded, e.g.
+    Qwen2.5's 151936 rows for ~151665 tokens) decode to U+FFFD rather than failing.
+    """
     stops = set(self._stop_ids)
-    kept = []
+    size = len(self.tok)
+    pieces, kept = [], []
     for token in ids:
       token = int(token)
       if token in stops:
         break
-      kept.append(token)
-    return self.tok.decode(kept, skip_special_tokens=True)
+      if 0 <= token < size:
+        kept.append(token)
+      else:
+        pieces.append(self.tok.decode(kept, skip_special_tokens=True) + UNKNOWN_CHAR)
+        kept = []
+    return ''.join(pieces) + self.tok.decode(kept, skip_special_tokens=True)
 
   def save(self, directory: str) -> str:
     """Saves the HF files plus `sgpo_tokenizer.json` (template settings); returns its path."""

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sgpo_jax import tokenizer as tokenizer_lib
-from sgpo_jax.tokenizer import CharTokenizer, HFTokenizer, load_saved_tokenizer, load_tokenizer
+from sgpo_jax.tokenizer import (UNKNOWN_CHAR, CharTokenizer, HFTokenizer, load_saved_tokenizer,
+                                load_tokenizer)
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|> "
@@ -147,3 +148,11 @@ def test_hf_save_load_and_load_tokenizer(hf_dir, tmp_path):
 def test_load_saved_tokenizer_empty_dir(tmp_path):
   with pytest.raises(ValueError, match='neither'):
     load_saved_tokenizer(str(tmp_path))
+
+
+def test_hf_decode_of_ids_past_the_vocabulary_is_replaced_not_raised(hf_dir):
+  tok = HFTokenizer(hf_dir)
+  ids = tok.encode('what is 2 + 3 ?')
+  text = tok.decode(ids + [len(tok.tok) + 5] + ids)
+  assert text.count(UNKNOWN_CHAR) == 1
+  assert text.startswith(tok.decode(ids))
