@@ -55,6 +55,10 @@ def profile_queries(sampler: Sampler, params, queries: Sequence, tokenizer, rewa
       {str(k): v for k, v in read_profile(path).items()} if sharding_lib.is_writer() else None
   ).items()}
   todo = [i for i in range(len(queries)) if i not in done]
+  if ledger is not None and done:
+    # A pass finished (or killed) in an earlier process already paid for these queries.
+    ledger.add('profile', sum(r.get('flops_computed', 0.0) for r in done.values()),
+               sum(r.get('flops_useful', 0.0) for r in done.values()))
   rng = jax.random.fold_in(jax.random.key(seed), PROFILE_STREAM)
   per_call = max(1, sampler.rows // num_samples)
   # Early stop shrinks the rows of later rounds; a chunk spanning several sampler calls
@@ -68,6 +72,8 @@ def profile_queries(sampler: Sampler, params, queries: Sequence, tokenizer, rewa
     chunk = todo[chunk_start:chunk_start + per_flush]
     drawn = dict.fromkeys(chunk, 0)
     correct = dict.fromkeys(chunk, 0)
+    flops_before = (0.0, 0.0) if ledger is None else (ledger.computed('profile'),
+                                                      ledger.useful('profile'))
     active = list(chunk)
     while active:
       prompts, row_ids, row_queries, row_q = [], [], [], []
@@ -89,9 +95,14 @@ def profile_queries(sampler: Sampler, params, queries: Sequence, tokenizer, rewa
       active = [qi for qi in active if drawn[qi] < num_samples
                 and not (settled is not None and settled(correct[qi], drawn[qi]))]
     rows = []
+    flops_after = flops_before if ledger is None else (ledger.computed('profile'),
+                                                       ledger.useful('profile'))
     for qi in chunk:
       rows.append({'id': qi, 'n_samples': drawn[qi], 'n_correct': correct[qi],
-                   'p_hat': correct[qi] / drawn[qi], 'group_size': None, 'phase': None})
+                   'p_hat': correct[qi] / drawn[qi], 'group_size': None, 'phase': None,
+                   # The chunk's FLOPs, shared out, so a later process can count them.
+                   'flops_computed': (flops_after[0] - flops_before[0]) / len(chunk),
+                   'flops_useful': (flops_after[1] - flops_before[1]) / len(chunk)})
     metrics_lib.append_jsonl(path, rows)
     done.update({r['id']: r for r in rows})
     bar.update(len(chunk))

@@ -9,23 +9,25 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use('Agg')
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+
+def _figure(figsize):
+  """A pyplot-free figure: rendering reports never changes a notebook's backend."""
+  fig = Figure(figsize=figsize)
+  return fig, fig.subplots()
 
 
 def _save(fig, path: str) -> None:
   fig.tight_layout()
   fig.savefig(path, dpi=110)
-  plt.close(fig)
 
 
 def plot_profile(workdir: str, allocation) -> None:
   plots = os.path.join(workdir, 'plots')
   os.makedirs(plots, exist_ok=True)
-  fig, ax = plt.subplots(figsize=(5, 3.2))
+  fig, ax = _figure((5, 3.2))
   n_samples = allocation.n_samples
   k = int(n_samples.max()) if n_samples is not None and n_samples.size else 8
   counts = np.bincount(np.rint(allocation.p_hat * k).astype(int), minlength=k + 1)
@@ -35,7 +37,7 @@ def plot_profile(workdir: str, allocation) -> None:
   ax.set_title(f'Profile of {allocation.n_queries} training queries')
   _save(fig, os.path.join(plots, 'p_hat_histogram.png'))
 
-  fig, ax = plt.subplots(figsize=(5, 3.2))
+  fig, ax = _figure((5, 3.2))
   labels = ['dropped'] + [f'G={g}' for g in sorted(set(allocation.group_size.tolist()) - {0})]
   values = [int(np.sum(allocation.group_size == 0))] + [
       int(np.sum(allocation.group_size == int(lbl[2:]))) for lbl in labels[1:]]
@@ -50,7 +52,7 @@ def plot_curves(workdir: str, rows: list[dict]) -> None:
   os.makedirs(plots, exist_ok=True)
   steps = [r for r in rows if 'reward_mean' in r]
   if steps:
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = _figure((6, 3.5))
     ax.plot([r['step'] for r in steps], [r['reward_mean'] for r in steps], lw=1, label='batch reward')
     ax.plot([r['step'] for r in steps], [r.get('frac_zero_std', np.nan) for r in steps], lw=1,
             alpha=0.7, label='all-equal groups')
@@ -60,7 +62,7 @@ def plot_curves(workdir: str, rows: list[dict]) -> None:
     _save(fig, os.path.join(plots, 'reward_per_step.png'))
   evals = [r for r in rows if 'eval_accuracy' in r]
   if evals:
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = _figure((6, 3.5))
     ax.plot([r['flops_total'] for r in evals], [r['eval_accuracy'] for r in evals], 'o-')
     ax.set_xlabel('cumulative FLOPs (profiling + rollouts + training)')
     ax.set_ylabel('held-out greedy accuracy')

@@ -122,9 +122,12 @@ def allocate(su: Setup, profile: dict) -> sgpo_lib.Allocation:
   allocation = sgpo_lib.allocate(profile, su.config.sgpo, su.config.seed)
   if sharding_lib.is_writer():
     path = os.path.join(su.workdir, profile_lib.PROFILE_FILE)
+    sampled = profile_lib.read_profile(path)  # keep each query's FLOPs share for later runs
+    records = [dict(r, **{k: v for k, v in sampled.get(r['id'], {}).items()
+                          if k.startswith('flops_')}) for r in allocation.profile_records()]
     tmp = path + '.tmp'
     open(tmp, 'w').close()
-    metrics_lib.append_jsonl(tmp, allocation.profile_records())
+    metrics_lib.append_jsonl(tmp, records)
     os.replace(tmp, path)
     report_lib.plot_profile(su.workdir, allocation)
   return allocation

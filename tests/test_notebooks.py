@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import sys
 
 import pytest
@@ -20,6 +21,7 @@ NOTEBOOKS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(NOTEBOOK_
 EXPECTED = {'quickstart.ipynb', 'hf_math_quickstart.ipynb'}
 MAX_CELL_LINES = 30
 CELL_TIMEOUT_S = 600
+ANSI = re.compile(r'\x1b\[[0-9;]*m')  # the kernel colours its tracebacks
 
 
 def _read(name: str):
@@ -68,6 +70,6 @@ def test_notebook_executes(name, tmp_path, monkeypatch):
   try:
     client.execute()
   except nbclient.exceptions.CellExecutionError as e:
-    pytest.fail(f'{name}: a cell failed:\n{e}', pytrace=False)
+    pytest.fail(f'{name}: a cell failed:\n{ANSI.sub("", str(e))}', pytrace=False)
   except nbclient.exceptions.CellTimeoutError as e:
     pytest.fail(f'{name}: a cell ran over {CELL_TIMEOUT_S} s:\n{e}', pytrace=False)

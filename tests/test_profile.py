@@ -97,3 +97,21 @@ def test_killed_profile_resumes_without_resampling(setup, tmp_path):
   assert sum(resumed_rows) == (12 - 4) * K  # only unfinished queries were sampled
   for key in ('n_correct', 'p_hat', 'n_samples'):
     np.testing.assert_array_equal(resumed[key], full[key])
+
+
+def test_finished_profile_reused_by_a_new_process_still_counts_its_flops(setup, tmp_path):
+  sampler, params, queries, tok = setup
+  kwargs = dict(num_samples=K, temperature=1.0, seed=3, queries_per_flush=4,
+                show_progress=False, path=str(tmp_path / 'profile.jsonl'))
+  first = flops_lib.FlopsLedger(sampler.cfg)
+  profile_lib.profile_queries(sampler, params, queries, tok, reward_true_if_contains_digit,
+                              ledger=first, **kwargs)
+  second = flops_lib.FlopsLedger(sampler.cfg)
+
+  def must_not_sample(completions, qs):
+    raise AssertionError('a finished profile must not be re-sampled')
+
+  profile_lib.profile_queries(sampler, params, queries, tok, must_not_sample, ledger=second,
+                              **kwargs)
+  assert second.computed('profile') == pytest.approx(first.computed('profile'))
+  assert second.useful('profile') == pytest.approx(first.useful('profile'))
