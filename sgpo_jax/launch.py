@@ -45,12 +45,16 @@ def child_env(base: dict[str, str], process_id: int, num_processes: int, devices
   return env
 
 
+try:  # loaded here, not in the forked child, where dlopen could deadlock on another thread
+  import ctypes
+  _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+  _PRCTL = None
+
+
 def _die_with_parent() -> None:
-  try:  # Linux: SIGKILL this child when the launcher dies, even if it is SIGKILLed itself
-    import ctypes
-    ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-  except (OSError, AttributeError):
-    pass
+  if _PRCTL is not None:  # Linux: SIGKILL this child when the launcher dies, even by SIGKILL
+    _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _pump(stream, prefix: str, lock: threading.Lock) -> None:
