@@ -164,3 +164,23 @@ def test_bad_config_fails_before_compute(tmp_path):
   with pytest.raises(ValueError, match='rows_per_batch=20 is not a multiple'):
     train.run(config, str(tmp_path))
   assert not os.path.exists(os.path.join(tmp_path, 'checkpoints'))
+
+
+@pytest.mark.slow
+def test_export_of_trained_run_loads_in_transformers_with_same_logits(sgpo_run, tmp_path):
+  torch = pytest.importorskip('torch')
+  import transformers
+
+  from sgpo_jax import export, model as model_lib
+  workdir, _ = sgpo_run
+  params, cfg, step = export.load_policy(workdir)
+  assert step == 4
+  export.export_run(workdir, str(tmp_path / 'hf'))
+  hf_model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / 'hf'),
+                                                               dtype=torch.float32)
+  tokens = np.array([[1, 4, 5, 13, 6, 14, 3, 9]], np.int32)
+  ours = np.asarray(model_lib.forward(model_lib.Transformer(cfg), params, tokens,
+                                      np.ones_like(tokens)))
+  with torch.no_grad():
+    theirs = hf_model(torch.tensor(tokens, dtype=torch.long)).logits.numpy()
+  np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=1e-4)
