@@ -1,0 +1,106 @@
+"""Config errors fail before any compute, naming the field and the fix."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import ml_collections
+import pytest
+
+from sgpo_jax import config_check, default_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def config(**top):
+  c = default_config.get_config()
+  for k, v in top.items():
+    c[k] = v
+  return c
+
+
+def test_default_and_variants_pass():
+  for arg in (None, 'method=grpo', 'method=dapo,runlocal=1'):
+    config_check.check_config(default_config.get_config(arg), num_devices=1)
+
+
+def test_unknown_field_is_named():
+  c = config()
+  c.train.learning_rat = 1e-3
+  with pytest.raises(ValueError, match=r"Unknown config field 'train.learning_rat'.*spelling"):
+    config_check.check_config(c)
+
+
+def test_unknown_section_is_named():
+  c = config()
+  c.optimiser = ml_collections.ConfigDict({'lr': 1.0})
+  with pytest.raises(ValueError, match="Unknown config field 'optimiser'"):
+    config_check.check_config(c)
+
+
+def test_wrong_type_is_named():
+  # A config file built from scratch (not by overriding the default) can hold any type.
+  fields = default_config.get_config().to_dict()
+  fields['train']['num_steps'] = 'many'
+  c = ml_collections.ConfigDict(fields)
+  with pytest.raises(ValueError, match=r"config.train.num_steps='many' has type str; expected "
+                     r"int"):
+    config_check.check_config(c)
+
+
+def test_int_accepted_where_float_expected_but_not_bool_for_int():
+  c = config()
+  c.train.learning_rate = 1
+  config_check.check_config(c)
+  c.train.num_steps = True
+  with pytest.raises(ValueError, match='train.num_steps=True'):
+    config_check.check_config(c)
+
+
+def test_mesh_that_does_not_fit_devices():
+  c = config()
+  c.mesh.shape = (3, 1, 1)
+  with pytest.raises(ValueError, match=r'mesh.shape=\(3, 1, 1\) needs 3 devices but 1 are'):
+    config_check.check_config(c, num_devices=1)
+  c.mesh.shape = (-1, 3, 1)
+  with pytest.raises(ValueError, match=r'mesh.shape=\(-1, 3, 1\) does not fit 8 devices'):
+    config_check.check_config(c, num_devices=8)
+
+
+def test_sequence_longer_than_model():
+  c = config()
+  c.sampling.max_new_tokens = 40
+  with pytest.raises(ValueError, match=r'max_prompt_len \+ sampling.max_new_tokens = 12 \+ 40 = '
+                     r'52 exceeds model.max_len=32'):
+    config_check.check_config(c)
+
+
+def test_rows_not_multiple_of_group_size_and_method():
+  c = config()
+  c.train.rows_per_batch = 60
+  with pytest.raises(ValueError, match='rows_per_batch=60 is not a multiple of the group size 8'):
+    config_check.check_config(c)
+  c = config(method='ppo')
+  with pytest.raises(ValueError, match="config.method='ppo'"):
+    config_check.check_config(c)
+
+
+def test_rows_must_divide_over_batch_devices():
+  c = config()
+  c.train.rows_per_batch = 8
+  c.sgpo.group_sizes = (2, 4, 8)
+  c.mesh.shape = (16, 1, 1)
+  with pytest.raises(ValueError, match='not divisible by the mesh batch axes size 16'):
+    config_check.check_config(c, num_devices=16)
+
+
+def test_cli_rejects_unknown_override_before_compute(tmp_path):
+  out = subprocess.run(
+      [sys.executable, '-m', 'sgpo_jax.main', '--config', 'configs/default.py',
+       '--workdir', str(tmp_path / 'w'), '--config.train.nums_steps=3'],
+      cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert out.returncode != 0
+  assert 'nums_steps' in out.stderr
+  assert not os.path.exists(tmp_path / 'w')
