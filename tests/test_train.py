@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from sgpo_jax import checkpoint as checkpoint_lib
 from sgpo_jax import default_config
 from sgpo_jax import learner as learner_lib
-from sgpo_jax import train
+from sgpo_jax import tasks, train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,10 +44,23 @@ def read_jsonl(path):
     return [json.loads(line) for line in f if line.strip()]
 
 
+def coin_flip_reward(data_config):
+  """A deterministic pseudo-random 0/1 reward per (query, completion): a tiny barely-trained
+  policy then has a spread of p_hat, so the allocation has several G phases to walk through."""
+  def reward(completions, queries):
+    return np.array([zlib.crc32(f'{q.id}|{c}'.encode()) % 2 for c, q in zip(completions, queries)],
+                    np.float32)
+  return reward
+
+
 @pytest.fixture(scope='module')
 def sgpo_run(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp('sgpo_run'))
-  summary = train.run(tiny_run_config('sgpo'), workdir, show_progress=False)
+  config = tiny_run_config('sgpo', num_steps=6)
+  config.sgpo.phase_epochs = 0.25
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(tasks, 'get_reward_fn', coin_flip_reward)
+    summary = train.run(config, workdir, show_progress=False)
   return workdir, summary
 
 
@@ -68,15 +82,17 @@ def test_sgpo_run_writes_output_contract(sgpo_run):
               'compiles', 'padding_fraction', 'wall_seconds', 'profile'):
     assert key in on_disk, key
   assert set(on_disk['flops']) >= {'profile', 'rollout', 'reference', 'train', 'total'}
-  assert summary['steps'] == 4
+  assert summary['steps'] == 6
 
 
 @pytest.mark.slow
 def test_train_step_compiles_once_and_ledger_adds_up(sgpo_run):
   workdir, summary = sgpo_run
-  assert summary['compiles']['train_step'] == 1
-  assert 1 <= summary['compiles']['sampler'] <= 2  # one prompt bucket (+ none for eval)
   rows = [r for r in read_jsonl(os.path.join(workdir, 'metrics.jsonl')) if 'reward_mean' in r]
+  phases = [r['phase'] for r in rows]
+  assert len(set(phases)) >= 2, phases  # the run crossed curriculum phases ...
+  assert summary['compiles']['train_step'] == 1  # ... on one train-step compilation
+  assert summary['compiles']['sampler'] == 1  # one prompt bucket serves profile, RL, eval
   flops_total = [r['flops_total'] for r in rows]
   assert all(b > a for a, b in zip(flops_total, flops_total[1:]))
   f = summary['flops']
@@ -132,7 +148,6 @@ def test_sigkill_and_resume_matches_uninterrupted(tmp_path):
 
 @pytest.mark.slow
 def test_nan_stops_run_and_keeps_last_checkpoint(tmp_path, monkeypatch):
-  from sgpo_jax import tasks
   real = tasks.get_reward_fn
   calls = {'n': 0}
 
@@ -174,7 +189,7 @@ def test_export_of_trained_run_loads_in_transformers_with_same_logits(sgpo_run, 
   from sgpo_jax import export, model as model_lib
   workdir, _ = sgpo_run
   params, cfg, step = export.load_policy(workdir)
-  assert step == 4
+  assert step == 6
   export.export_run(workdir, str(tmp_path / 'hf'))
   hf_model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / 'hf'),
                                                                dtype=torch.float32)
