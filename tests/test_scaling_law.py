@@ -285,3 +285,60 @@ def test_cli_bad_run_dir_is_a_clear_error(tmp_path, capsys):
   # In-process: the subprocess path is covered above and costs a fresh interpreter.
   assert scaling_law_cli.main(['fit', str(tmp_path / 'nope')]) == 2
   assert 'metrics.jsonl does not exist' in capsys.readouterr().err
+
+
+def test_validate_law_never_sees_the_target_size_or_other_methods(tmp_path):
+  sys.path.insert(0, str(REPO_ROOT / 'experiments'))
+  try:
+    import scaling_law_validate as validate
+  finally:
+    sys.path.pop(0)
+  runs = []
+  for size in (1e5, 3e5, 8e5):
+    for method in ('grpo', 'sgpo'):
+      for seed in (0, 1):
+        run_dir = write_synthetic_run(tmp_path / f'{size:g}_{method}_{seed}', 'exponential',
+                                      EXPONENTIAL, 60, params_nonembed=size, seed=seed)
+        summary = json.loads((run_dir / 'summary.json').read_text())
+        (run_dir / 'summary.json').write_text(json.dumps(dict(summary, method=method)))
+        runs.append(load_run(run_dir))
+  target = runs[0]
+  assert target.method == 'grpo'
+  by_size = validate.law_runs_for(target, runs, None, 'method', 'size')
+  assert len(by_size) == 4
+  assert all(run.method == 'grpo' and run.params_nonembed != 1e5 for run in by_size)
+  by_run = validate.law_runs_for(target, runs, None, 'none', 'run')
+  assert len(by_run) == 11 and target not in by_run
+
+
+def test_power_form_fits_a_creeping_curve_and_stays_opt_in():
+  truth = {'r0': 0.3, 'r_inf': 0.8, 'tau': 0.05, 'alpha': 0.7}
+  steps, rewards = simulate_trajectory('power', truth, TOTAL, noise=0.01, seed=4)
+  fit = fit_trajectory(steps / TOTAL, rewards, 'power')
+  assert abs(fit.params['r_inf'] - 0.8) < 0.05 and abs(fit.params['r0'] - 0.3) < 0.03
+  # Plateau progress inverts the curve: remaining gain there equals epsilon.
+  from sgpo_jax.scaling_law.trajectory import DEFAULT_FORMS, FORMS
+  vector = np.array([[0.3, 0.8, 0.05, 0.7]])
+  t_plateau = FORMS['power'].plateau_progress(vector, 0.01)[0]
+  assert 0.8 - FORMS['power'].curve(np.array([t_plateau]), vector)[0, 0] == pytest.approx(0.01)
+  assert 'power' not in DEFAULT_FORMS
+
+
+def test_aicc_gives_a_fit_with_too_few_points_no_support():
+  t = np.array([0.0, 0.1, 0.2, 0.3, 0.4])
+  rewards = np.array([0.62, 0.66, 0.63, 0.60, 0.61])  # five noisy eval points
+  assert fit_trajectory(t, rewards, 'logistic').aic == np.inf
+  assert np.isfinite(fit_trajectory(t, rewards, 'exponential').aic)
+  assert select_form(t, rewards).fit.form == 'exponential'
+
+
+def test_load_run_skips_mostly_padded_reward_steps(tmp_path):
+  run = write_synthetic_run(tmp_path / 'a', 'exponential', EXPONENTIAL, 50)
+  lines = (run / 'metrics.jsonl').read_text().splitlines()
+  rows = [json.loads(line) for line in lines]
+  rows[10].update(padding_fraction=0.97, reward_mean=1.0)  # an sGPO phase's last batch
+  rows[20].update(padding_fraction=0.5)
+  (run / 'metrics.jsonl').write_text('\n'.join(json.dumps(row) for row in rows) + '\n')
+  record = load_run(run)
+  assert record.steps.size == 49 and 11.0 not in record.steps and 21.0 in record.steps
+  assert any('padding_fraction' in note for note in record.notes)

@@ -7,6 +7,7 @@ Keys read (first present wins):
   `model.name`, else the directory name.
 - model size N: summary `params_nonembed`, `model_params_nonembed`, `params`, or the same
   keys inside a `model` dict; None when absent (the run is left out of the joint law).
+- method: summary `method`, else config.json `method`, else None.
 - planned steps: summary `num_steps`, config.json `train.num_steps`, summary `steps`,
   else the last logged step.
 - the metric from each metrics.jsonl line that has a finite value for it, with `step` and
@@ -35,6 +36,10 @@ METRICS = ('reward_mean', 'eval_accuracy')
 # rather than one noisy last point.
 ACTUAL_FINAL_WINDOW = 0.05
 R0_HEAD_POINTS = 3
+# reward_mean of a step whose batch is mostly padding (an sGPO phase's last batch: 4 valid
+# rows of 128 scored 1.0 in a validation run) is far noisier than a full batch; such steps
+# are skipped.
+MAX_PADDING_FRACTION = 0.75
 
 
 @dataclasses.dataclass
@@ -50,6 +55,8 @@ class RunRecord:
   steps: np.ndarray
   values: np.ndarray
   flops_total: np.ndarray
+  method: str | None = None
+  notes: list[str] = dataclasses.field(default_factory=list)
 
   @property
   def r0(self) -> float:
@@ -100,6 +107,7 @@ def load_run(run_dir: str | Path, metric: str = 'reward_mean') -> RunRecord:
   params_nonembed = _first_number([summary, model_block], size_keys)
 
   steps, values, flops = [], [], []
+  padded = 0
   with metrics_path.open() as handle:
     for number, line in enumerate(handle, 1):
       if not line.strip():
@@ -111,6 +119,11 @@ def load_run(run_dir: str | Path, metric: str = 'reward_mean') -> RunRecord:
                          'line') from error
       value = row.get(metric)
       if 'step' not in row or not isinstance(value, (int, float)) or not math.isfinite(value):
+        continue
+      padding = row.get('padding_fraction')
+      if (metric == 'reward_mean' and isinstance(padding, (int, float))
+          and padding > MAX_PADDING_FRACTION):
+        padded += 1
         continue
       steps.append(float(row['step']))
       values.append(float(value))
@@ -129,10 +142,14 @@ def load_run(run_dir: str | Path, metric: str = 'reward_mean') -> RunRecord:
   total_steps = _first_number([summary], ['num_steps']) or (
       float(config_steps) if isinstance(config_steps, (int, float)) else None) or _first_number(
           [summary], ['steps']) or max(steps)
+  method = next((source['method'] for source in (summary, config)
+                 if isinstance(source.get('method'), str)), None)
   return RunRecord(run_dir=run_dir, name=run_dir.name, model=str(model),
                    params_nonembed=params_nonembed, total_steps=int(total_steps), metric=metric,
                    steps=np.array(steps)[order], values=np.array(values)[order],
-                   flops_total=np.array(flops)[order])
+                   flops_total=np.array(flops)[order], method=method,
+                   notes=[f'skipped {padded} steps with padding_fraction > '
+                          f'{MAX_PADDING_FRACTION}'] if padded else [])
 
 
 def _ci_list(interval: tuple[float, float]) -> list[float]:
@@ -151,12 +168,13 @@ def evaluate_run(run: RunRecord, observe_fraction: float, *, law: JointLaw | Non
   """
   actual = run.actual_final
   row: dict[str, Any] = {
-      'run': run.name, 'model': run.model, 'params': run.params_nonembed, 'metric': run.metric,
+      'run': run.name, 'model': run.model, 'method': run.method,
+      'params': run.params_nonembed, 'r0': round(run.r0, 6), 'metric': run.metric,
       'total_steps': run.total_steps, 'observe_fraction': observe_fraction, 'form': None,
       'predicted_final_reward': None, 'predicted_final_reward_ci': None,
       'actual_final_reward': round(actual, 6), 'abs_error': None, 'predicted_plateau': None,
       'predicted_plateau_ci': None, 'predicted_plateau_step': None,
-      'recommended_stop_step': None, 'error': None, 'notes': [],
+      'recommended_stop_step': None, 'error': None, 'notes': list(run.notes),
   }
   if run.steps[-1] < run.total_steps * (1 - ACTUAL_FINAL_WINDOW):
     row['notes'].append(f'run logged up to step {run.steps[-1]:.0f} of {run.total_steps}: '
@@ -171,6 +189,7 @@ def evaluate_run(run: RunRecord, observe_fraction: float, *, law: JointLaw | Non
         'predicted_final_reward': round(prefix.predicted_final_reward, 6),
         'predicted_final_reward_ci': _ci_list(prefix.final_reward_ci),
         'abs_error': round(abs(prefix.predicted_final_reward - actual), 6),
+        'actual_in_ci': bool(prefix.final_reward_ci[0] <= actual <= prefix.final_reward_ci[1]),
         'predicted_plateau': round(prefix.predicted_plateau, 6),
         'predicted_plateau_ci': _ci_list(prefix.plateau_ci),
         'predicted_plateau_step': round(prefix.predicted_plateau_step, 1),
