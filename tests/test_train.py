@@ -199,3 +199,30 @@ def test_export_of_trained_run_loads_in_transformers_with_same_logits(sgpo_run, 
   with torch.no_grad():
     theirs = hf_model(torch.tensor(tokens, dtype=torch.long)).logits.numpy()
   np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_early_stop_option_stops_the_loop_and_records_why(tmp_path, monkeypatch):
+  from sgpo_jax.scaling_law import early_stop
+
+  class ScriptedStopper(early_stop.EarlyStopper):
+    """The real stopper's fit is tested on synthetic curves; here: the trainer's wiring."""
+
+    def update(self, step, reward, flops_total):
+      self.observe(step, reward, flops_total)
+      if step < 3:
+        return None
+      return early_stop.StopDecision(True, 'plateau 0.50 reached', step, 0.5, (0.45, 0.55),
+                                     0.001, 2.0, flops_saved_estimate=123.0)
+
+  monkeypatch.setattr(early_stop, 'EarlyStopper', ScriptedStopper)
+  config = tiny_run_config('grpo', num_steps=8)
+  config.grpo.group_size = 4
+  config.train.early_stop.enabled = True
+  summary = train.run(config, str(tmp_path), show_progress=False)
+  assert summary['steps'] == 3
+  assert summary['stop_reason'] == 'early stop at step 3: plateau 0.50 reached'
+  last = read_jsonl(str(tmp_path / 'metrics.jsonl'))[-1]
+  assert last['early_stop_reason'] == 'plateau 0.50 reached'
+  assert last['flops_saved_estimate'] == 123.0
+  assert 'eval_accuracy' in last  # the stopping step is always evaluated
