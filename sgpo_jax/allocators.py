@@ -343,8 +343,8 @@ class SGPOAllocator:
   A phase serves ceil(phase_epochs * P) prompts (reshuffled each epoch), and with
   phase_plateau_window = w > 0 ends early once mean train reward over the last w observed
   steps minus that over the w before is < phase_plateau_delta (set phase_epochs high to
-  run each phase to its plateau, as the paper does). A phase's last batch is padded, never
-  topped up from the next phase.
+  run each phase to its plateau, as the paper does). A phase's last batch is padded, or
+  with fill_phase_tail=True topped up from the next phase (that one batch mixes two G).
 
   Beyond the paper (off by default):
   - trivial_replay_fraction f: floor(f * R / min G) prompts per batch are trivial queries
@@ -381,6 +381,7 @@ class SGPOAllocator:
     self.plateau_window = int(_cfg(sgpo_config, 'phase_plateau_window', 0))
     self.plateau_delta = float(_cfg(sgpo_config, 'phase_plateau_delta', 0.01))
     self.replay_fraction = float(_cfg(sgpo_config, 'trivial_replay_fraction', 0.0))
+    self.fill_phase_tail = bool(_cfg(sgpo_config, 'fill_phase_tail', False))
     self.online_update = bool(_cfg(sgpo_config, 'online_update', False))
     self.prior_strength = float(_cfg(sgpo_config, 'prior_strength', 8.0))
     self.prior_eps = float(_cfg(sgpo_config, 'prior_eps', 0.5))
@@ -526,28 +527,34 @@ class SGPOAllocator:
     replay_q = self._replay_batch()
     capacity = self.rows_per_batch - len(replay_q) * self._min_group_size
     take_q, take_g = [], []
-    while self._served < self._budget and capacity > 0:
-      if self._cursor == len(self._order_q):
-        self._epoch += 1
-        self._shuffle_items()
-      end = min(self._cursor + _LOOKAHEAD, len(self._order_q))
-      fit = next((j for j in range(self._cursor, end) if self._order_g[j] <= capacity), None)
-      if fit is None:
+    phase = self.phase_name  # a tail-filled batch is named by the phase it started in
+    while True:
+      while self._served < self._budget and capacity > 0:
+        if self._cursor == len(self._order_q):
+          self._epoch += 1
+          self._shuffle_items()
+        end = min(self._cursor + _LOOKAHEAD, len(self._order_q))
+        fit = next((j for j in range(self._cursor, end) if self._order_g[j] <= capacity),
+                   None)
+        if fit is None:
+          break
+        c = self._cursor
+        self._order_q[c], self._order_q[fit] = self._order_q[fit], self._order_q[c]
+        self._order_g[c], self._order_g[fit] = self._order_g[fit], self._order_g[c]
+        take_q.append(self._order_q[c])
+        take_g.append(self._order_g[c])
+        capacity -= self._order_g[c]
+        self._cursor += 1
+        self._served += 1
+      # fill_phase_tail: a phase's last batch continues into the next phase, not padding.
+      if not (self.fill_phase_tail and capacity > 0 and take_q and self._phase_finished()
+              and self._start_next_phase()):
         break
-      c = self._cursor
-      self._order_q[c], self._order_q[fit] = self._order_q[fit], self._order_q[c]
-      self._order_g[c], self._order_g[fit] = self._order_g[fit], self._order_g[c]
-      take_q.append(self._order_q[c])
-      take_g.append(self._order_g[c])
-      capacity -= self._order_g[c]
-      self._cursor += 1
-      self._served += 1
     self._step += 1
     query_index = np.array(take_q + replay_q, dtype=np.int64)
     group_size = np.array(take_g + [self._min_group_size] * len(replay_q), dtype=np.int32)
     is_replay = np.arange(query_index.size) >= len(take_q)
-    return BatchPlan(query_index, group_size, self.phase_name,
-                     is_replay if replay_q else None)
+    return BatchPlan(query_index, group_size, phase, is_replay if replay_q else None)
 
   def observe(self, plan: BatchPlan, rewards_R: np.ndarray, layout: RowLayout) -> None:
     rewards_R = np.asarray(rewards_R, dtype=np.float64).reshape(-1)

@@ -85,9 +85,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   # Supervised warm start that makes the "pretrained" initial policy (cached).
   c.warm_start = ml_collections.ConfigDict()
-  c.warm_start.steps = 1000
+  c.warm_start.steps = 1500
   c.warm_start.batch_size = 64
-  c.warm_start.learning_rate = 2e-3
+  c.warm_start.learning_rate = 1e-3
   c.warm_start.cache_dir = ''  # '' = <workdir>/warm_start; shared dir to reuse across runs
 
   c.profile = ml_collections.ConfigDict()
@@ -105,6 +105,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sgpo.phase_epochs = 1.0  # epochs over each phase's cluster
   c.sgpo.phase_plateau_window = 0  # >0: end a phase when train reward plateaus over this many steps
   c.sgpo.phase_plateau_delta = 0.01
+  c.sgpo.fill_phase_tail = True  # top a phase's last batch up from the next phase (no padding)
   c.sgpo.trivial_replay_fraction = 0.0  # beyond the paper: share of rows replaying trivial queries
   c.sgpo.online_update = False  # beyond the paper: Beta posterior of p_hat from rollouts
   c.sgpo.prior_strength = 8.0  # kappa of the Beta prior around the profiled p_hat

@@ -153,3 +153,18 @@ def test_profile_early_stop_keeps_every_bucket_and_saves_flops(tmp_path):
     saved += 8 - part['n_samples']
   del summary
   assert saved >= 0
+
+
+def test_fill_phase_tail_tops_up_the_last_batch_of_a_phase():
+  from sgpo_jax import allocators, sgpo
+  profile = {'n_correct': [4] * 10 + [2] * 6 + [1] * 3, 'n_samples': [8] * 19}
+  out = {}
+  for fill in (False, True):
+    cfg = {'fill_phase_tail': fill, 'unsolved_keep_fraction': 0.0}
+    alloc = allocators.SGPOAllocator(sgpo.allocate(profile, cfg, 0), cfg, 16, 0, 19)
+    plans = [alloc.next_plan() for _ in range(6)]
+    out[fill] = [p.rows(16).padding_fraction for p in plans]
+    if fill:  # a cycle is 10 x G2 + 6 x G4 + 3 x G8 = 68 rows: all 19 queries in 6 batches
+      assert len({int(q) for p in plans for q in p.query_index}) == 19
+  assert max(out[False]) > 0  # the G2 phase's 20 rows leave a half-empty second batch
+  assert sum(out[True]) < sum(out[False])

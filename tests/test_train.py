@@ -34,6 +34,7 @@ def tiny_run_config(method: str = 'sgpo', **train_overrides):
   c.checkpoint.every_steps = 2
   c.sgpo.unsolved_keep_fraction = 1.0  # a random tiny policy solves little: keep it all
   c.sgpo.trivial_threshold = 0.99
+  c.sgpo.fill_phase_tail = False  # keep padded phase tails: the padding tests need them
   for k, v in train_overrides.items():
     c.train[k] = v
   return c
