@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -79,7 +80,8 @@ SMOKE_BUDGET = 1.1e9  # ~14 tiny steps of profiling + ~6 of training
 def parse_arm(spec: str) -> tuple[str, tuple[str, dict[str, Any]]]:
   """'name=method,a.b=1,c=x' -> (name, (method, {'a.b': 1, 'c': 'x'}))."""
   name, rest = spec.split('=', 1)
-  method, *pairs = rest.split(',')
+  # Commas inside brackets belong to a value: 'sgpo.group_sizes=(4,8)'.
+  method, *pairs = re.split(r',(?![^()\[\]]*[)\]])', rest)
   overrides = {}
   for pair in pairs:
     k, v = pair.split('=', 1)
