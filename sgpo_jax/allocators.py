@@ -77,10 +77,15 @@ def _rng(*keys: int) -> np.random.Generator:
   return np.random.default_rng(np.random.SeedSequence([int(k) for k in keys]))
 
 
-def _check_state_kind(state: dict, kind: str) -> None:
+def _check_state(state: dict, kind: str, num_queries: int, seed: int) -> None:
+  """A saved cursor only means something for the same method, pool and seed."""
   if state.get('kind') != kind:
     raise ValueError(f"allocator state is for {state.get('kind')!r}, not {kind!r}; resume "
                      'with the same config.method')
+  if state['num_queries'] != num_queries or state['seed'] != seed:
+    raise ValueError(f"allocator state has num_queries={state['num_queries']}, "
+                     f"seed={state['seed']} but this run has {num_queries}, "
+                     f'{seed}; resume with the same data and seed')
 
 
 # ----------------------------------------------------------------------------------------
@@ -139,11 +144,7 @@ class GRPOAllocator:
             'num_queries': self.num_queries, 'seed': self.seed}
 
   def load_state_dict(self, state: dict) -> None:
-    _check_state_kind(state, self.kind)
-    if state['num_queries'] != self.num_queries or state['seed'] != self.seed:
-      raise ValueError(f"allocator state has num_queries={state['num_queries']}, "
-                       f"seed={state['seed']} but this run has {self.num_queries}, "
-                       f'{self.seed}; resume with the same data and seed')
+    _check_state(state, self.kind, self.num_queries, self.seed)
     self._epoch, self._cursor = int(state['epoch']), int(state['cursor'])
 
 
@@ -598,11 +599,7 @@ class SGPOAllocator:
     return state
 
   def load_state_dict(self, state: dict) -> None:
-    _check_state_kind(state, self.kind)
-    if state['num_queries'] != self.num_queries or state['seed'] != self.seed:
-      raise ValueError(f"allocator state has num_queries={state['num_queries']}, "
-                       f"seed={state['seed']} but this run has {self.num_queries}, "
-                       f'{self.seed}; resume with the same data and seed')
+    _check_state(state, self.kind, self.num_queries, self.seed)
     self._cycle, self._phase_pos = int(state['cycle']), int(state['phase_pos'])
     self._epoch, self._cursor = int(state['epoch']), int(state['cursor'])
     self._served, self._budget = int(state['served']), int(state['budget'])
