@@ -230,15 +230,18 @@ def render_block(block: dict[str, Any], heading: str) -> list[str]:
   lines = [f'## {heading}', '', f"Command: `{block['command']}`", '',
            f"Seeds: {block['seeds']}. FLOPs budget: {block['flops_budget']:.3g}. Target "
            f"accuracy (GRPO mean final): {_pct(block['target_accuracy'])}%.", '',
-           f"**FLOPs ratio GRPO / sGPO to reach the target: "
+           f"**FLOPs ratio GRPO / sGPO (arm `{block.get('sgpo_arm')}`) to reach the target: "
            f"{_ratio_str(block['flops_ratio_vs_grpo'])}; DAPO / sGPO: "
            f"{_ratio_str(block['flops_ratio_vs_dapo'])}.**", '',
-           '| arm | initial acc % | final acc % (mean ± std) | FLOPs to target | steps | '
-           'profile FLOPs | padding | wall s |', '|---|---|---|---|---|---|---|---|']
+           '| arm | initial acc % | final acc % (mean ± std) | FLOPs to target | GRPO / arm '
+           'FLOPs | steps | profile FLOPs | padding | wall s |',
+           '|---|---|---|---|---|---|---|---|---|']
+  grpo_flops = block['arms'].get('grpo', {}).get('flops_to_target')
   for arm, a in block['arms'].items():
     fa = a['final_accuracy']
     lines.append(f"| {arm} | {_pct(a['initial_accuracy'])} | {_pct(fa['mean'])} ± "
-                 f"{_pct(fa['std'])} | {_sci(a['flops_to_target'])} | {a['steps_mean']:.0f} | "
+                 f"{_pct(fa['std'])} | {_sci(a['flops_to_target'])} | "
+                 f"{_ratio_str(ratio(grpo_flops, a['flops_to_target']))} | {a['steps_mean']:.0f} | "
                  f"{a['flops_profile_mean']:.3g} | {a['padding_fraction_mean']:.1%} | "
                  f"{a['wall_seconds_mean']:.0f} |")
   lines += ['', 'Per-seed FLOPs to target: ' + '; '.join(
