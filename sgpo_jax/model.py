@@ -50,6 +50,11 @@ class ModelConfig:
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{k: v for k, v in dict(model_config).items() if k in names})
 
+  @property
+  def dtypes(self) -> tuple[jnp.dtype, jnp.dtype]:
+    """(compute dtype, parameter dtype) as jnp dtypes."""
+    return jnp.dtype(self.dtype), jnp.dtype(self.param_dtype)
+
   def validate(self) -> None:
     if self.n_heads % self.n_kv_heads:
       raise ValueError(
@@ -101,7 +106,7 @@ class Attention(nn.Module):
   @nn.compact
   def __call__(self, x_BxTxD, positions_BxT, mask_BxTxS, kv_cache, cache_index):
     cfg = self.cfg
-    dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+    dtype, pdtype = cfg.dtypes
 
     def proj(name, n_heads, head_axis):
       return nn.DenseGeneral(
@@ -145,7 +150,7 @@ class MLP(nn.Module):
   @nn.compact
   def __call__(self, x_BxTxD):
     cfg = self.cfg
-    dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+    dtype, pdtype = cfg.dtypes
     dense = lambda features, names, name: nn.Dense(  # noqa: E731
         features, use_bias=False, dtype=dtype, param_dtype=pdtype,
         kernel_init=_init(cfg.init_std, names), name=name)
@@ -160,7 +165,7 @@ class Block(nn.Module):
   @nn.compact
   def __call__(self, x_BxTxD, positions_BxT, mask_BxTxS, kv_cache, cache_index):
     cfg = self.cfg
-    dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+    dtype, pdtype = cfg.dtypes
     h = RMSNorm(cfg.rms_eps, dtype, pdtype, name='attn_norm')(x_BxTxD)
     attn_BxTxD, new_cache = Attention(cfg, name='attn')(h, positions_BxT, mask_BxTxS, kv_cache,
                                                         cache_index)
@@ -182,7 +187,7 @@ class Transformer(nn.Module):
   @nn.compact
   def __call__(self, tokens_BxT, positions_BxT, kv_mask_BxS, cache=None, cache_index=0):
     cfg = self.cfg
-    dtype, pdtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+    dtype, pdtype = cfg.dtypes
     embedding_VxD = self.param(
         'embedding', _init(cfg.init_std, ('vocab', 'embed')), (cfg.vocab_size, cfg.d_model), pdtype)
     x_BxTxD = jnp.take(embedding_VxD, tokens_BxT, axis=0).astype(dtype)
