@@ -311,7 +311,8 @@ def test_make_allocator_dispatches_on_method():
   assert isinstance(sgpo_alloc, allocators.Allocator)
   assert sgpo_alloc.next_plan().phase == 'G2'
   config.method = 'ppo'
-  with pytest.raises(ValueError, match=r"config.method='ppo' is not one of \('dapo', 'grpo', 'sgpo'\)"):
+  with pytest.raises(ValueError,
+                     match=r"config.method='ppo' is not one of \('dapo', 'grpo', 'sgpo'\)"):
     allocators.make_allocator(config, 12)
 
 
