@@ -78,6 +78,7 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
                      f'{t.rows_per_batch}.')
   if t.mu < 1:
     raise ValueError(f'train.mu={t.mu} must be >= 1.')
+  _check_loss(t)
   if not 0.0 <= config.sgpo.unsolved_keep_fraction <= 1.0:
     raise ValueError(f'sgpo.unsolved_keep_fraction={config.sgpo.unsolved_keep_fraction} must be '
                      'in [0, 1].')
@@ -95,6 +96,32 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
       raise ValueError(f'train.rows_per_batch / train.micro_batches = {rows_mb} rows are not '
                        f'divisible by the mesh batch axes size {batch} (mesh.shape={shape}); '
                        f'use a multiple of {batch}.')
+
+
+def _check_loss(t: ml_collections.ConfigDict) -> None:
+  """The loss names and clip bounds (sgpo_jax/grpo.py registries)."""
+  from sgpo_jax import grpo
+  for field, registry in (('policy_loss', grpo.POLICY_LOSSES),
+                          ('importance_level', grpo.IMPORTANCE_RATIOS),
+                          ('loss_agg', grpo.LOSS_AGGREGATIONS),
+                          ('advantage', grpo.ADVANTAGE_ESTIMATORS), ('kl_form', grpo.KL_FORMS)):
+    if t[field] not in registry:
+      raise ValueError(f'train.{field}={t[field]!r} is unknown; set it to one of '
+                       f'{sorted(registry)}.')
+  if t.clip_eps_low < 0 or t.clip_eps_high < 0:
+    raise ValueError(f'train.clip_eps_low={t.clip_eps_low}, train.clip_eps_high='
+                     f'{t.clip_eps_high}: clip bounds 1 - low and 1 + high need both >= 0.')
+  if t.clip_eps_low > 1.0:
+    raise ValueError(f'train.clip_eps_low={t.clip_eps_low} puts the lower ratio bound below 0; '
+                     'use at most 1.0 (1.0 = no lower bound, as CISPO in MiniMax-M1).')
+  if t.importance_level == 'sequence' and t.clip_eps_high > 0.05:
+    # A length-normalised sequence ratio stays within ~1e-3 of 1 on policy; the token-level
+    # defaults (0.2 / 0.28) would never clip, silently turning GSPO into unclipped PG.
+    raise ValueError(
+        f'train.importance_level=sequence with train.clip_eps_high={t.clip_eps_high}: the '
+        'sequence ratio s_i = exp(mean log ratio) moves ~1e-3 per update, so token-sized '
+        'bounds never clip. Use GSPO-sized bounds (the paper: clip_eps_low=3e-4, '
+        'clip_eps_high=4e-4), or importance_level=token.')
 
 
 def _group_sizes(config) -> tuple[int, ...]:

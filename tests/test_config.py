@@ -104,3 +104,30 @@ def test_cli_rejects_unknown_override_before_compute(tmp_path):
   assert out.returncode != 0
   assert 'nums_steps' in out.stderr
   assert not os.path.exists(tmp_path / 'w')
+
+
+@pytest.mark.parametrize('fields, match', [
+    ({'policy_loss': 'grpo'}, r"train.policy_loss='grpo' is unknown; set it to one of "
+                              r"\['cispo', 'ppo'\]"),
+    ({'importance_level': 'seq'}, r"train.importance_level='seq'.*\['sequence', 'token'\]"),
+    ({'loss_agg': 'mean'}, r"train.loss_agg='mean' is unknown"),
+    ({'clip_eps_low': 1.5}, r'train.clip_eps_low=1.5 puts the lower ratio bound below 0'),
+    ({'clip_eps_high': -0.1}, r'train.clip_eps_high=-0.1: clip bounds'),
+    ({'importance_level': 'sequence'},
+     r'importance_level=sequence with train.clip_eps_high=0.28.*clip_eps_high=4e-4'),
+])
+def test_loss_fields_are_checked(fields, match):
+  c = config()
+  c.train.update(fields)
+  with pytest.raises(ValueError, match=match):
+    config_check.check_config(c)
+
+
+@pytest.mark.parametrize('fields', [
+    {'importance_level': 'sequence', 'clip_eps_low': 3e-4, 'clip_eps_high': 4e-4},
+    {'policy_loss': 'cispo', 'clip_eps_low': 1.0, 'clip_eps_high': 0.28},
+])
+def test_gspo_and_cispo_settings_pass(fields):
+  c = config()
+  c.train.update(fields)
+  config_check.check_config(c)
