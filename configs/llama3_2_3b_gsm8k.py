@@ -41,6 +41,8 @@ import os
 
 import ml_collections
 
+from sgpo_jax.config_args import parse_arg
+
 HF_PATH = '/path/to/Llama-3.2-3B'  # placeholder: a local checkpoint directory
 
 
@@ -85,19 +87,18 @@ def set_llama3_2_3b(c: ml_collections.ConfigDict, hf_path: str = HF_PATH) -> Non
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = dict(kv.split('=', 1) for kv in arg.split(',') if kv) if arg else {}
+  args = parse_arg(arg, method='sgpo', gpu=False, loss='ppo', instruct=False)
+  losses = _sibling_config('qwen3_0_6b_gsm8k').LOSSES
+  if args['loss'] not in losses:
+    raise ValueError(f"config arg loss={args['loss']!r}: use one of {sorted(losses)}.")
   base = _sibling_config('qwen2_5_math_1_5b_gsm8k')
-  c = base.get_config(','.join(f'{k}={args[k]}' for k in ('method', 'gpu') if k in args))
+  c = base.get_config(f"method={args['method']},gpu={int(args['gpu'])}")
   set_llama3_2_3b(c)
-  if args.get('instruct'):
+  if args['instruct']:
     c.tokenizer.chat_template = True
     c.tokenizer.system_prompt = base.SYSTEM_PROMPT
-  losses = _sibling_config('qwen3_0_6b_gsm8k').LOSSES
-  loss = args.get('loss', 'ppo')
-  if loss not in losses:
-    raise ValueError(f'loss={loss!r} in the config argument: use one of {sorted(losses)}.')
-  c.train.update(losses[loss])
-  if args.get('gpu'):
+  c.train.update(losses[args['loss']])
+  if args['gpu']:
     c.train.rows_per_batch = 128
     c.train.micro_batches = 8  # 16 rows per micro-batch
   return c

@@ -47,6 +47,8 @@ import os
 
 import ml_collections
 
+from sgpo_jax.config_args import parse_arg
+
 HF_PATH = '/path/to/Qwen3-0.6B'  # placeholder: a local checkpoint directory
 LOSSES = {
     'ppo': {'policy_loss': 'ppo', 'importance_level': 'token', 'clip_eps_low': 0.2,
@@ -96,16 +98,14 @@ def set_qwen3(c: ml_collections.ConfigDict, d_model: int = 1024, d_ff: int = 307
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = dict(kv.split('=', 1) for kv in arg.split(',') if kv) if arg else {}
+  args = parse_arg(arg, method='sgpo', gpu=False, loss='ppo', thinking=False)
+  if args['loss'] not in LOSSES:
+    raise ValueError(f"config arg loss={args['loss']!r}: use one of {sorted(LOSSES)}.")
   base = _sibling_config('qwen2_5_math_1_5b_gsm8k')
-  c = base.get_config(','.join(f'{k}={args[k]}' for k in ('method', 'gpu') if k in args))
+  c = base.get_config(f"method={args['method']},gpu={int(args['gpu'])}")
   set_qwen3(c)
   c.tokenizer.system_prompt = base.SYSTEM_PROMPT
-  if args.get('thinking'):
-    c.tokenizer.enable_thinking = True
-  loss = args.get('loss', 'ppo')
-  if loss not in LOSSES:
-    raise ValueError(f'loss={loss!r} in the config argument: use one of {sorted(LOSSES)}.')
-  c.train.update(LOSSES[loss])
+  c.tokenizer.enable_thinking = args['thinking']
+  c.train.update(LOSSES[args['loss']])
   c.train.micro_batches = 8  # 4 rows per chip per micro-batch on v5e-8; 32 on one GPU
   return c

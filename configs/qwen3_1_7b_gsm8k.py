@@ -27,6 +27,8 @@ import os
 
 import ml_collections
 
+from sgpo_jax.config_args import parse_arg
+
 HF_PATH = '/path/to/Qwen3-1.7B'  # placeholder: a local checkpoint directory
 
 
@@ -39,11 +41,11 @@ def _sibling_config(name: str):
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = dict(kv.split('=', 1) for kv in arg.split(',') if kv) if arg else {}
   small = _sibling_config('qwen3_0_6b_gsm8k')
-  c = small.get_config(arg)
+  c = small.get_config(arg)  # parses (and checks) the same variants
   thinking = c.tokenizer.enable_thinking
   small.set_qwen3(c, d_model=2048, d_ff=6144, hf_path=HF_PATH)
   c.tokenizer.enable_thinking = thinking
-  c.train.micro_batches = 16 if not args.get('gpu') else 8  # 2 rows per chip / 32 per GPU
+  gpu = parse_arg(arg, method='sgpo', gpu=False, loss='ppo', thinking=False)['gpu']
+  c.train.micro_batches = 8 if gpu else 16  # 32 rows per GPU / 2 per v5e chip
   return c

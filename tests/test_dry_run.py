@@ -238,3 +238,4 @@ def test_qwen3_config_loss_and_thinking_variants(arg, expected):
   config_check.check_config(c)
   with pytest.raises(ValueError, match="loss='grpo'"):
     load_config('qwen3_0_6b_gsm8k', 'loss=grpo')
+  assert not load_config('qwen3_0_6b_gsm8k', 'thinking=0').tokenizer.enable_thinking
