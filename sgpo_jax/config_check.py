@@ -165,6 +165,8 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
   _choice('train.advantage', t.advantage, sorted(grpo.ADVANTAGE_ESTIMATORS))
   _choice('train.loss_agg', t.loss_agg, sorted(grpo.LOSS_AGGREGATIONS))
   _choice('train.kl_form', t.kl_form, sorted(grpo.KL_FORMS))
+  _choice('train.policy_loss', t.policy_loss, sorted(grpo.POLICY_LOSSES))
+  _choice('train.importance_level', t.importance_level, sorted(grpo.IMPORTANCE_RATIOS))
   for name, value, low in (
       ('sampling.max_prompt_len', s.max_prompt_len, 1),
       ('sampling.max_new_tokens', s.max_new_tokens, 1),
@@ -182,7 +184,16 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
       ('train.std_eps', t.std_eps, 0), ('train.clip_eps_high', t.clip_eps_high, 0)):
     _require(value >= low, f'{name}={value} must be >= {low}.')
   _require(t.learning_rate > 0, f'train.learning_rate={t.learning_rate} must be > 0.')
-  _require(0 <= t.clip_eps_low < 1, f'train.clip_eps_low={t.clip_eps_low} must be in [0, 1).')
+  _require(0 <= t.clip_eps_low <= 1,
+           f'train.clip_eps_low={t.clip_eps_low} must be in [0, 1] (1.0 = no lower ratio '
+           'bound, as CISPO in MiniMax-M1).')
+  # A length-normalised sequence ratio moves ~1e-3 per update; token-sized bounds (0.2 /
+  # 0.28) would never clip it, silently turning GSPO into unclipped policy gradient.
+  _require(t.importance_level != 'sequence' or t.clip_eps_high <= 0.05,
+           f'train.importance_level=sequence with train.clip_eps_high={t.clip_eps_high}: the '
+           'sequence ratio s_i = exp(mean log ratio) moves ~1e-3 per update, so token-sized '
+           'bounds never clip. Use GSPO-sized bounds (the paper: clip_eps_low=3e-4, '
+           'clip_eps_high=4e-4), or importance_level=token.')
   _require(0 < s.top_p <= 1, f'sampling.top_p={s.top_p} must be in (0, 1].')
   _require(s.temperature >= 0, f'sampling.temperature={s.temperature} must be >= 0 (0 = greedy).')
   _require(es.epsilon > 0, f'train.early_stop.epsilon={es.epsilon} must be > 0.')

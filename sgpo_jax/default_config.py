@@ -52,6 +52,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.tokenizer.path = ''  # local HF tokenizer directory for kind='hf'
   c.tokenizer.chat_template = False
   c.tokenizer.system_prompt = ''
+  c.tokenizer.enable_thinking = True  # passed to the chat template (Qwen3: False = no <think>)
   c.tokenizer.stop_strings = ()  # extra stop strings -> stop token ids for the sampler
 
   c.model = ml_collections.ConfigDict()
@@ -63,9 +64,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.head_dim = 32
   c.model.d_ff = 512
   c.model.rope_theta = 10000.0
+  c.model.rope_type = 'default'  # default | linear | llama3 (HF formulas; sgpo_jax/model.py)
+  c.model.rope_factor = 1.0  # linear / llama3 scaling factor
+  c.model.rope_low_freq_factor = 1.0  # llama3 only
+  c.model.rope_high_freq_factor = 4.0  # llama3 only
+  c.model.rope_original_max_len = 8192  # llama3 only: pre-extension context length
   c.model.rms_eps = 1e-6
   c.model.tie_embeddings = True
   c.model.qkv_bias = False
+  c.model.qk_norm = False  # Qwen3: per-head RMSNorm on queries and keys
   c.model.max_len = 32  # positions the model supports
   c.model.dtype = 'float32'  # compute dtype
   c.model.param_dtype = 'float32'
@@ -135,7 +142,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.advantage = 'grpo'  # grpo | dr_grpo | rloo
   c.train.std_eps = 1e-6
   c.train.loss_agg = 'token_mean'  # token_mean | seq_mean_token_mean | seq_mean_token_sum_norm
-  c.train.clip_eps_low = 0.2
+  c.train.policy_loss = 'ppo'  # ppo | cispo (sgpo_jax/grpo.py POLICY_LOSSES)
+  c.train.importance_level = 'token'  # token | sequence (GSPO; grpo.py IMPORTANCE_RATIOS)
+  c.train.clip_eps_low = 0.2  # ppo: ratio clip; cispo: IS-weight clip (grpo.py)
   c.train.clip_eps_high = 0.28
   c.train.logratio_clamp = 20.0
   c.train.kl_coef = 0.0  # 0 = no reference model kept or run

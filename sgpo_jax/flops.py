@@ -37,9 +37,14 @@ def _field(model_cfg: Any, name: str) -> Any:
 
 
 def _dims(model_cfg: Any) -> dict[str, Any]:
-  return {name: _field(model_cfg, name) for name in (
+  dims = {name: _field(model_cfg, name) for name in (
       'vocab_size', 'd_model', 'n_layers', 'n_heads', 'n_kv_heads', 'head_dim', 'd_ff',
       'qkv_bias', 'tie_embeddings')}
+  # Optional: mappings written before QK-norm existed lack the field (it then is off).
+  has_qk_norm = (model_cfg.get('qk_norm', False) if isinstance(model_cfg, Mapping)
+                 else getattr(model_cfg, 'qk_norm', False))
+  dims['qk_norm'] = bool(has_qk_norm)
+  return dims
 
 
 def param_counts(model_cfg: Any) -> dict[str, int]:
@@ -56,7 +61,7 @@ def param_counts(model_cfg: Any) -> dict[str, int]:
   ff = int(d['d_ff'])
   matmul_per_layer = dm * q_width + 2 * dm * kv_width + q_width * dm + 3 * dm * ff
   bias_per_layer = (q_width + 2 * kv_width) if d['qkv_bias'] else 0
-  norms_per_layer = 2 * dm
+  norms_per_layer = 2 * dm + (2 * int(d['head_dim']) if d['qk_norm'] else 0)
   nonembed = layers * (matmul_per_layer + bias_per_layer + norms_per_layer) + dm
   embedding = v * dm
   lm_head = 0 if d['tie_embeddings'] else dm * v

@@ -7,7 +7,9 @@ This module owns the pure, jit-compatible numerics of the RL update:
   share one code path and one compilation. Estimators live in `ADVANTAGE_ESTIMATORS`.
 - `token_logprobs`: log-prob of target tokens and predictive entropy, computed over chunks
   of T so a float32 [B, T, V] never materialises (forward or backward).
-- `policy_loss`: PPO-clipped surrogate with separate low/high epsilon, optional KL to a
+- `policy_loss`: a policy-gradient loss from `POLICY_LOSSES` ('ppo': clipped surrogate with
+  separate low/high epsilon; 'cispo': stop-gradient clipped IS weight times log-prob) on an
+  importance ratio from `IMPORTANCE_RATIOS` ('token'; 'sequence' = GSPO), optional KL to a
   reference, aggregated by a mode from `LOSS_AGGREGATIONS`, returned as (sum, denominator).
 
 Micro-batching contract (rows split across micro-batches, never tokens of one row):
@@ -252,6 +254,74 @@ def _kl_k3(logp_RxT: Array, ref_logp_RxT: Array) -> Array:
 KL_FORMS: dict[str, Callable[[Array, Array], Array]] = {'k1': _kl_k1, 'k3': _kl_k3}
 
 
+def _token_log_ratio(logp_RxT: Array, old_logp_RxT: Array, mask_RxT: Array,
+                     clamp: float) -> Array:
+  del mask_RxT
+  return jnp.clip(logp_RxT - old_logp_RxT, -clamp, clamp)
+
+
+def _sequence_log_ratio(logp_RxT: Array, old_logp_RxT: Array, mask_RxT: Array,
+                        clamp: float) -> Array:
+  # GSPO (arXiv 2507.18071), in its GSPO-token form: every token of row i carries
+  # log s_i = mean_t (logp - old_logp) over the row's counted tokens as its value, and
+  # d logp_t as its gradient (sg(log s_i) + logp_t - sg(logp_t)). With one advantage per
+  # row (ours) and 'seq_mean_token_mean' aggregation this is plain GSPO, value and gradient:
+  # d/dθ s_i = s_i * mean_t d logp_t. Clipping then acts on s_i: a whole sequence is in or out.
+  on_RxT = mask_RxT > 0
+  diff_RxT = jnp.where(on_RxT, logp_RxT - old_logp_RxT, 0.0)
+  count_R = jnp.maximum(jnp.sum(mask_RxT, axis=-1), 1.0)
+  log_s_R = jnp.clip(jnp.sum(diff_RxT, axis=-1) / count_R, -clamp, clamp)
+  sg = jax.lax.stop_gradient
+  return sg(log_s_R)[:, None] + logp_RxT - sg(logp_RxT)
+
+
+# name -> fn(logp_RxT, old_logp_RxT, mask_RxT, logratio_clamp) -> log-ratio_RxT whose exp is
+# the importance ratio each token's loss sees (gradient included).
+IMPORTANCE_RATIOS: dict[str, Callable[[Array, Array, Array, float], Array]] = {
+    'token': _token_log_ratio,  # r_t = pi(y_t) / pi_old(y_t)  (PPO / GRPO / DAPO)
+    'sequence': _sequence_log_ratio,  # s_i = (pi(y) / pi_old(y))^(1/|y|)  (GSPO)
+}
+
+
+class PGTerms(NamedTuple):
+  """A policy loss's per-token value and where its clipping was active (for metrics)."""
+
+  loss_RxT: Array
+  clipped_low_RxT: Array  # bool
+  clipped_high_RxT: Array  # bool
+
+
+def _ppo_loss(ratio_RxT: Array, logp_RxT: Array, adv_Rx1: Array, eps_low: float,
+              eps_high: float) -> PGTerms:
+  del logp_RxT
+  clipped_RxT = jnp.clip(ratio_RxT, 1.0 - eps_low, 1.0 + eps_high)
+  return PGTerms(
+      loss_RxT=-jnp.minimum(ratio_RxT * adv_Rx1, clipped_RxT * adv_Rx1),
+      clipped_low_RxT=(ratio_RxT < 1.0 - eps_low) & (adv_Rx1 < 0),
+      clipped_high_RxT=(ratio_RxT > 1.0 + eps_high) & (adv_Rx1 > 0))
+
+
+def _cispo_loss(ratio_RxT: Array, logp_RxT: Array, adv_Rx1: Array, eps_low: float,
+                eps_high: float) -> PGTerms:
+  # MiniMax-M1 (arXiv 2506.13585): -sg(clip(r, 1 - eps_low, 1 + eps_high)) * A * log pi.
+  # Every token keeps a gradient (no token is dropped as in PPO); only its weight is capped.
+  # The paper sets no lower bound (eps_low large, e.g. 1.0 -> bound 0) and tunes eps_high.
+  weight_RxT = jax.lax.stop_gradient(jnp.clip(ratio_RxT, 1.0 - eps_low, 1.0 + eps_high))
+  return PGTerms(
+      loss_RxT=-weight_RxT * adv_Rx1 * logp_RxT,
+      clipped_low_RxT=ratio_RxT < 1.0 - eps_low,
+      clipped_high_RxT=ratio_RxT > 1.0 + eps_high)
+
+
+PolicyLoss = Callable[[Array, Array, Array, float, float], PGTerms]
+
+# name -> fn(ratio_RxT, logp_RxT, adv_Rx1, clip_eps_low, clip_eps_high) -> PGTerms.
+POLICY_LOSSES: dict[str, PolicyLoss] = {
+    'ppo': _ppo_loss,  # -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)
+    'cispo': _cispo_loss,  # -sg(clip(r, 1 - eps_low, 1 + eps_high)) A log pi
+}
+
+
 class LossAggregation(NamedTuple):
   """How per-token losses become (sum, denominator); every sum is a sum over rows."""
 
@@ -319,13 +389,20 @@ def policy_loss(
     ref_logp_RxT: Array | None = None,
     kl_form: str = 'k3',
     entropy_RxT: Array | None = None,
+    pg_loss: str = 'ppo',
+    importance_level: str = 'token',
 ) -> tuple[Array, Array, dict[str, Array]]:
-  """PPO-clipped policy-gradient loss (+ optional KL to a reference) as (sum, denominator).
+  """Policy-gradient loss (+ optional KL to a reference) as (sum, denominator).
 
-  Per token: ratio = exp(clip(logp - old_logp, -logratio_clamp, logratio_clamp)) (the
-  clamp keeps exp finite; beyond it the token gets no gradient), loss = -min(ratio * A,
-  clip(ratio, 1 - clip_eps_low, 1 + clip_eps_high) * A) + kl_coef * kl(logp, ref_logp).
-  Tokens count where completion_mask_RxT and valid_R are both true.
+  Per token: ratio = exp(IMPORTANCE_RATIOS[importance_level]) -- 'token': exp(clip(logp -
+  old_logp, -logratio_clamp, logratio_clamp)) (the clamp keeps exp finite; beyond it the
+  token gets no gradient); 'sequence' (GSPO): the row's length-normalised ratio s_i =
+  exp(clip(mean_t(logp - old_logp))) on every token, with gradient s_i * d logp_t.
+  Then loss = POLICY_LOSSES[pg_loss] + kl_coef * kl(logp, ref_logp): 'ppo': -min(ratio * A,
+  clip(ratio, 1 - clip_eps_low, 1 + clip_eps_high) * A); 'cispo': -sg(clip(ratio, 1 -
+  clip_eps_low, 1 + clip_eps_high)) * A * logp. Tokens count where completion_mask_RxT and
+  valid_R are both true. Both ratios and both losses are per row, so micro-batching by rows
+  stays exact.
 
   KL is added when ref_logp_RxT is given (kl_coef may then be traced); kl_coef == 0.0 as a
   Python number skips it. kl_form: 'k1' = logp - ref, 'k3' = exp(ref - logp) - (ref - logp) - 1.
@@ -338,6 +415,11 @@ def policy_loss(
       micro-batches with `merge_loss_metrics`; `finalize_loss_metrics` turns them into means.
   """
   agg = _check_loss_agg(loss_agg, max_new_tokens)
+  if pg_loss not in POLICY_LOSSES:
+    raise ValueError(f'pg_loss={pg_loss!r} is unknown; use one of {sorted(POLICY_LOSSES)}.')
+  if importance_level not in IMPORTANCE_RATIOS:
+    raise ValueError(f'importance_level={importance_level!r} is unknown; use one of '
+                     f'{sorted(IMPORTANCE_RATIOS)}.')
   if kl_form not in KL_FORMS:
     raise ValueError(f'kl_form={kl_form!r} is unknown; use one of {sorted(KL_FORMS)}.')
   kl_is_zero = isinstance(kl_coef, (int, float)) and kl_coef == 0.0
@@ -352,9 +434,10 @@ def policy_loss(
   adv_Rx1 = jnp.asarray(advantages_R, jnp.float32)[:, None]
 
   log_ratio_RxT = logp_RxT - old_logp_RxT
-  ratio_RxT = jnp.exp(jnp.clip(log_ratio_RxT, -logratio_clamp, logratio_clamp))
-  clipped_ratio_RxT = jnp.clip(ratio_RxT, 1.0 - clip_eps_low, 1.0 + clip_eps_high)
-  pg_RxT = -jnp.minimum(ratio_RxT * adv_Rx1, clipped_ratio_RxT * adv_Rx1)
+  ratio_RxT = jnp.exp(IMPORTANCE_RATIOS[importance_level](logp_RxT, old_logp_RxT, mask_RxT,
+                                                          logratio_clamp))
+  terms = POLICY_LOSSES[pg_loss](ratio_RxT, logp_RxT, adv_Rx1, clip_eps_low, clip_eps_high)
+  pg_RxT = terms.loss_RxT
   token_loss_RxT = pg_RxT
   if use_kl:
     kl_RxT = KL_FORMS[kl_form](logp_RxT, jnp.asarray(ref_logp_RxT, jnp.float32))
@@ -375,10 +458,8 @@ def policy_loss(
   metrics = {
       'token_count': jnp.sum(mask_RxT),
       'seq_count': jnp.sum(valid_f_R),
-      'clip_low_sum': masked_sum(((ratio_RxT < 1.0 - clip_eps_low) & (adv_Rx1 < 0)).astype(
-          jnp.float32)),
-      'clip_high_sum': masked_sum(((ratio_RxT > 1.0 + clip_eps_high) & (adv_Rx1 > 0)).astype(
-          jnp.float32)),
+      'clip_low_sum': masked_sum(terms.clipped_low_RxT.astype(jnp.float32)),
+      'clip_high_sum': masked_sum(terms.clipped_high_RxT.astype(jnp.float32)),
       # k2 = 0.5 (log new - log old)^2 on the unclamped log-ratio: finite for any ratio.
       'approx_kl_sum': masked_sum(0.5 * log_ratio_RxT ** 2),
       'ratio_sum': masked_sum(ratio_RxT),

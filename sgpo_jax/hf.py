@@ -2,9 +2,10 @@
 
 Owns three things:
 - `model_config_from_hf(hf_dir)`: a local checkpoint's `config.json` (Qwen2ForCausalLM,
-  LlamaForCausalLM) -> `ModelConfig`. Anything the policy cannot represent exactly
-  (sliding-window layers, MoE, an o_proj bias, rope scaling other than 'default', partial
-  rotary, an activation other than SiLU) raises ValueError naming the config field.
+  Qwen3ForCausalLM, LlamaForCausalLM incl. Llama 3.x) -> `ModelConfig`. Anything the policy
+  cannot represent exactly (sliding-window layers, MoE, an o_proj bias, RoPE types other than
+  'default' / 'linear' / 'llama3' such as yarn or dynamic, partial rotary, an activation other
+  than SiLU) raises ValueError naming the config field.
 - `load_hf_params(hf_dir, cfg, mesh)`: safetensors shards -> our parameter tree, one tensor
   at a time, straight onto the mesh: each parameter is built with
   `jax.make_array_from_callback` under its target NamedSharding, so a device reads only
@@ -17,6 +18,7 @@ Owns three things:
 
 Layouts. HF `nn.Linear` weights are [out, in]; ours are [in, out] with the heads split out:
 q_proj [H*hd, D] -> q/kernel [D, H, hd]; o_proj [D, H*hd] -> o/kernel [H, hd, D];
+q_norm / k_norm [hd] -> q_norm/scale, k_norm/scale [hd] (Qwen3);
 gate/up [F, D] -> [D, F]; down [D, F] -> [F, D]; lm_head [V, D] -> [D, V]. Both sides use
 the rotate_half RoPE convention, so q/k need no permutation.
 """
@@ -41,7 +43,8 @@ from sgpo_jax import model as model_lib
 from sgpo_jax import sharding as sharding_lib
 
 Params = Any
-ARCHITECTURES = {'qwen2': 'Qwen2ForCausalLM', 'llama': 'LlamaForCausalLM'}
+ARCHITECTURES = {'qwen2': 'Qwen2ForCausalLM', 'qwen3': 'Qwen3ForCausalLM',
+                 'llama': 'LlamaForCausalLM'}
 INDEX_FILE = 'model.safetensors.index.json'
 SINGLE_FILE = 'model.safetensors'
 TOKENIZER_FILES = (
@@ -53,7 +56,9 @@ DEFAULT_MAX_SHARD_BYTES = 4 * 1024**3
 _MOE_FIELDS = ('num_experts', 'num_local_experts', 'n_routed_experts', 'moe_intermediate_size',
                'num_experts_per_tok')
 _ARCH_FIELDS = ('vocab_size', 'd_model', 'n_layers', 'n_heads', 'n_kv_heads', 'head_dim', 'd_ff',
-                'rope_theta', 'rms_eps', 'tie_embeddings', 'qkv_bias')
+                'rope_theta', 'rope_type', 'rope_factor', 'rope_low_freq_factor',
+                'rope_high_freq_factor', 'rope_original_max_len', 'rms_eps', 'tie_embeddings',
+                'qkv_bias', 'qk_norm')
 _NP_DTYPES = {'float32': np.float32, 'bfloat16': ml_dtypes.bfloat16, 'float16': np.float16}
 
 
@@ -70,8 +75,12 @@ def read_hf_config(hf_dir: str) -> dict[str, Any]:
     return json.load(f)
 
 
-def _rope_theta(hf: Mapping[str, Any]) -> float:
-  """rope_theta from transformers v5 `rope_parameters` or the v4 top-level/`rope_scaling`."""
+_ROPE_SUPPORTED = ('default', 'linear', 'llama3')
+
+
+def _rope_fields(hf: Mapping[str, Any]) -> dict[str, Any]:
+  """The RoPE fields of ModelConfig from transformers v5 `rope_parameters` or the v4
+  top-level `rope_theta` + `rope_scaling` (v5 entries win where both are present)."""
   params = hf.get('rope_parameters') or {}
   if params and not isinstance(params, Mapping):
     raise ValueError(f'config.json rope_parameters={params!r} is not a dict.')
@@ -79,13 +88,15 @@ def _rope_theta(hf: Mapping[str, Any]) -> float:
     raise ValueError('config.json rope_parameters is per layer type '
                      f'({sorted(params)}); only one global RoPE is supported.')
   scaling = hf.get('rope_scaling') or {}
-  for field, block in (('rope_parameters', params), ('rope_scaling', scaling)):
-    rope_type = block.get('rope_type', block.get('type', 'default'))
-    if rope_type not in (None, 'default'):
-      raise ValueError(
-          f"config.json {field}.rope_type={rope_type!r} is not supported: the policy implements "
-          "plain RoPE only (rope_type 'default'); use a checkpoint without RoPE scaling or add "
-          'the scaling to model.rotary.')
+  rope: dict[str, Any] = {}
+  source: dict[str, str] = {}
+  for field, block in (('rope_scaling', scaling), ('rope_parameters', params)):
+    for key, value in block.items():
+      key = 'rope_type' if key == 'type' else key
+      if key == 'rope_type' and value in (None, 'default') and rope.get('rope_type'):
+        continue  # a v5 'default' next to a v4 scaling block: the scaling block describes it
+      rope[key] = value
+      source[key] = field
     factor = block.get('partial_rotary_factor', 1.0)
     if factor != 1.0:
       raise ValueError(f'config.json {field}.partial_rotary_factor={factor} is not supported; '
@@ -93,15 +104,48 @@ def _rope_theta(hf: Mapping[str, Any]) -> float:
   if hf.get('partial_rotary_factor', 1.0) != 1.0:
     raise ValueError(f"config.json partial_rotary_factor={hf['partial_rotary_factor']} is not "
                      'supported; the policy rotates the full head dimension.')
-  theta = params.get('rope_theta', scaling.get('rope_theta', hf.get('rope_theta', 10000.0)))
-  return float(theta)
+  rope_type = rope.get('rope_type') or 'default'
+  if rope_type not in _ROPE_SUPPORTED:
+    raise ValueError(
+        f"config.json {source['rope_type']}.rope_type={rope_type!r} is not supported: the "
+        f'policy implements RoPE types {_ROPE_SUPPORTED} (transformers formulas); use a '
+        'checkpoint with one of these or add the scaling to model.rope_inv_freq.')
+  theta = rope.get('rope_theta', hf.get('rope_theta', 10000.0))
+  fields: dict[str, Any] = {'rope_theta': float(theta), 'rope_type': rope_type}
+  if rope_type == 'default':
+    return fields
+  for key in ('factor',) + (('low_freq_factor', 'high_freq_factor')
+                            if rope_type == 'llama3' else ()):
+    if key not in rope:
+      raise ValueError(f"config.json rope_type={rope_type!r} needs {key!r} in "
+                       f"{source['rope_type']}; the checkpoint's config.json is incomplete.")
+  fields['rope_factor'] = float(rope['factor'])
+  if rope_type == 'llama3':
+    fields['rope_low_freq_factor'] = float(rope['low_freq_factor'])
+    fields['rope_high_freq_factor'] = float(rope['high_freq_factor'])
+    # transformers falls back to max_position_embeddings when this is absent.
+    fields['rope_original_max_len'] = int(rope.get('original_max_position_embeddings')
+                                          or hf.get('max_position_embeddings', 2048))
+  return fields
+
+
+def _hf_rope_block(cfg: model_lib.ModelConfig) -> dict[str, Any]:
+  """ModelConfig -> the `rope_parameters` dict (without rope_theta for the v4 `rope_scaling`)."""
+  block: dict[str, Any] = {'rope_type': cfg.rope_type}
+  if cfg.rope_type != 'default':
+    block['factor'] = cfg.rope_factor
+  if cfg.rope_type == 'llama3':
+    block.update(low_freq_factor=cfg.rope_low_freq_factor,
+                 high_freq_factor=cfg.rope_high_freq_factor,
+                 original_max_position_embeddings=cfg.rope_original_max_len)
+  return block
 
 
 def _check_supported(hf: Mapping[str, Any]) -> str:
   model_type = hf.get('model_type')
   if model_type not in ARCHITECTURES:
     raise ValueError(f'config.json model_type={model_type!r} is not supported; supported: '
-                     f'{sorted(ARCHITECTURES)} (dense Qwen2 / Llama decoders).')
+                     f'{sorted(ARCHITECTURES)} (dense Qwen2 / Qwen3 / Llama decoders).')
   archs = hf.get('architectures') or [ARCHITECTURES[model_type]]
   if archs[0] != ARCHITECTURES[model_type]:
     raise ValueError(f'config.json architectures={archs} is not supported for model_type '
@@ -124,9 +168,9 @@ def _check_supported(hf: Mapping[str, Any]) -> str:
                      "(hidden_act 'silu').")
   if hf.get('mlp_bias'):
     raise ValueError('config.json mlp_bias=True is not supported: the MLP has no biases.')
-  if model_type == 'llama' and hf.get('attention_bias'):
-    raise ValueError('config.json attention_bias=True is not supported for llama: it also adds '
-                     'an o_proj bias, which the policy lacks.')
+  if model_type in ('llama', 'qwen3') and hf.get('attention_bias'):
+    raise ValueError(f'config.json attention_bias=True is not supported for {model_type}: it '
+                     'also adds an o_proj bias, which the policy lacks.')
   return model_type
 
 
@@ -148,11 +192,12 @@ def model_config_from_hf(hf_dir: str | Mapping[str, Any], **overrides: Any
       'n_kv_heads': int(hf.get('num_key_value_heads') or n_heads),
       'head_dim': int(head_dim),
       'd_ff': int(hf['intermediate_size']),
-      'rope_theta': _rope_theta(hf),
       'rms_eps': float(hf.get('rms_norm_eps', 1e-6)),
-      'tie_embeddings': bool(hf.get('tie_word_embeddings', False)),  # both classes default False
+      'tie_embeddings': bool(hf.get('tie_word_embeddings', False)),  # all classes default False
       'qkv_bias': model_type == 'qwen2',
+      'qk_norm': model_type == 'qwen3',
       'max_len': int(hf.get('max_position_embeddings', 2048)),
+      **_rope_fields(hf),
   }
   fields.update(overrides)
   cfg = model_lib.ModelConfig(**fields)
@@ -172,13 +217,18 @@ def check_matches_checkpoint(cfg: model_lib.ModelConfig, hf_dir: str) -> None:
 
 def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | None = None,
                                 torch_dtype: str | None = None, **extra: Any) -> dict[str, Any]:
-  """ModelConfig -> a transformers config.json dict (Qwen2 when qkv_bias, else Llama)."""
-  model_type = model_type or ('qwen2' if cfg.qkv_bias else 'llama')
+  """ModelConfig -> a transformers config.json dict (Qwen3 when qk_norm, Qwen2 when qkv_bias,
+  else Llama)."""
+  model_type = model_type or ('qwen3' if cfg.qk_norm else 'qwen2' if cfg.qkv_bias else 'llama')
   if model_type not in ARCHITECTURES:
     raise ValueError(f'model_type={model_type!r}: export supports {sorted(ARCHITECTURES)}.')
-  if model_type == 'llama' and cfg.qkv_bias:
-    raise ValueError("model_type='llama' cannot hold qkv_bias=True (Llama's attention_bias also "
-                     "adds an o_proj bias); export with model_type='qwen2'.")
+  if model_type in ('llama', 'qwen3') and cfg.qkv_bias:
+    raise ValueError(f"model_type={model_type!r} cannot hold qkv_bias=True (its attention_bias "
+                     "also adds an o_proj bias); export with model_type='qwen2'.")
+  if cfg.qk_norm != (model_type == 'qwen3'):
+    raise ValueError(f'model.qk_norm={cfg.qk_norm} cannot be exported as '
+                     f"model_type={model_type!r}: only 'qwen3' has QK-norm; leave model_type "
+                     'unset to pick it from the config.')
   hf = {
       'architectures': [ARCHITECTURES[model_type]],
       'model_type': model_type,
@@ -193,7 +243,9 @@ def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | No
       'max_position_embeddings': cfg.max_len,
       'rms_norm_eps': cfg.rms_eps,
       'rope_theta': cfg.rope_theta,
-      'rope_parameters': {'rope_type': 'default', 'rope_theta': cfg.rope_theta},
+      'rope_parameters': {**_hf_rope_block(cfg), 'rope_theta': cfg.rope_theta},
+      # transformers 4.x reads scaling from here (null for plain RoPE).
+      'rope_scaling': _hf_rope_block(cfg) if cfg.rope_type != 'default' else None,
       'tie_word_embeddings': cfg.tie_embeddings,
       'initializer_range': cfg.init_std,
       'attention_dropout': 0.0,
@@ -201,10 +253,12 @@ def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | No
       'dtype': torch_dtype or cfg.param_dtype,
       'torch_dtype': torch_dtype or cfg.param_dtype,  # the name transformers 4.x reads
   }
-  if model_type == 'qwen2':
+  if model_type in ('qwen2', 'qwen3'):
     hf.update(use_sliding_window=False, sliding_window=None, max_window_layers=cfg.n_layers,
               layer_types=['full_attention'] * cfg.n_layers)
-  else:
+  if model_type == 'qwen3':
+    hf.update(attention_bias=False)
+  elif model_type == 'llama':
     hf.update(attention_bias=False, mlp_bias=False, pretraining_tp=1)
   hf.update(extra)
   return hf
@@ -281,6 +335,11 @@ def _tensor_specs(cfg: model_lib.ModelConfig) -> list[_Tensor]:
         _Tensor(hf + 'self_attn.v_proj.weight', (ours, 'attn', 'v', 'kernel'), 'in_heads',
                 (d, k, e)),
     ]
+    if cfg.qk_norm:
+      specs += [
+          _Tensor(hf + 'self_attn.q_norm.weight', (ours, 'attn', 'q_norm', 'scale'), 'copy', (e,)),
+          _Tensor(hf + 'self_attn.k_norm.weight', (ours, 'attn', 'k_norm', 'scale'), 'copy', (e,)),
+      ]
     if cfg.qkv_bias:
       specs += [
           _Tensor(hf + 'self_attn.q_proj.bias', (ours, 'attn', 'q', 'bias'), 'bias_heads', (h, e)),
@@ -354,7 +413,8 @@ def load_hf_params(hf_dir: str, cfg: model_lib.ModelConfig, mesh: Mesh,
   if missing:
     raise ValueError(f'{hf_dir} lacks tensor(s) {missing[:5]}{" ..." if len(missing) > 5 else ""} '
                      f'that a {cfg.n_layers}-layer model with qkv_bias={cfg.qkv_bias}, '
-                     f'tie_embeddings={cfg.tie_embeddings} needs; the checkpoint is incomplete '
+                     f'qk_norm={cfg.qk_norm}, tie_embeddings={cfg.tie_embeddings} needs; the '
+                     'checkpoint is incomplete '
                      'or its config.json does not describe it.')
   params: dict[str, Any] = {}
   handles: dict[str, Any] = {}
@@ -403,7 +463,8 @@ def save_hf_checkpoint(params: Params, cfg: model_lib.ModelConfig, out_dir: str,
   """Writes `params` as a transformers checkpoint in `out_dir`; returns the files written.
 
   dtype: the stored dtype ('float32' | 'bfloat16' | 'float16'; default cfg.param_dtype).
-  model_type: 'qwen2' | 'llama' (default: qwen2 when cfg.qkv_bias else llama).
+  model_type: 'qwen2' | 'qwen3' | 'llama' (default: qwen3 when cfg.qk_norm, qwen2 when
+  cfg.qkv_bias, else llama).
   config_overrides: extra config.json fields (e.g. bos_token_id / eos_token_id).
   Every process must call this (parameters are gathered per tensor); process 0 writes.
   """

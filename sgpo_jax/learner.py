@@ -75,6 +75,8 @@ class LossSettings:
   advantage: str
   std_eps: float
   loss_agg: str
+  policy_loss: str
+  importance_level: str
   clip_eps_low: float
   clip_eps_high: float
   logratio_clamp: float
@@ -89,6 +91,7 @@ class LossSettings:
   def from_config(cls, config) -> 'LossSettings':
     t = config.train
     return cls(advantage=t.advantage, std_eps=float(t.std_eps), loss_agg=t.loss_agg,
+               policy_loss=t.policy_loss, importance_level=t.importance_level,
                clip_eps_low=float(t.clip_eps_low), clip_eps_high=float(t.clip_eps_high),
                logratio_clamp=float(t.logratio_clamp), kl_coef=float(t.kl_coef),
                kl_form=t.kl_form, logprob_chunk=int(t.logprob_chunk),
@@ -175,7 +178,7 @@ class Learner:
         logratio_clamp=s.logratio_clamp, loss_agg=s.loss_agg, max_new_tokens=s.max_new_tokens,
         kl_coef=s.kl_coef if use_kl else 0.0,
         ref_logp_RxT=mb['ref_logp_RxT1'] if use_kl else None, kl_form=s.kl_form,
-        entropy_RxT=entropy)
+        entropy_RxT=entropy, pg_loss=s.policy_loss, importance_level=s.importance_level)
     return loss_sum / jnp.maximum(denom, 1.0), metrics
 
   def _train_step(self, state, batch):

@@ -1,7 +1,8 @@
-"""The policy: a decoder-only transformer of the Qwen2/Llama family, in Flax linen.
+"""The policy: a decoder-only transformer of the Qwen2/Qwen3/Llama family, in Flax linen.
 
-Owns the architecture (token embedding, RMSNorm, rotary embeddings, grouped-query
-attention with optional QKV bias, SwiGLU MLP, final norm, tied or untied LM head), the
+Owns the architecture (token embedding, RMSNorm, rotary embeddings with optional scaling,
+grouped-query attention with optional QKV bias and optional per-head QK RMSNorm, SwiGLU MLP,
+final norm, tied or untied LM head), the
 explicit KV cache used by the sampler, and the logical axis names every parameter carries
 (`sharding.py` maps them onto the mesh). We use linen rather than NNX because the policy is
 then a pure function of a plain parameter pytree, which is what `jax.jit` shardings, optax,
@@ -10,16 +11,30 @@ orbax and the HF weight mapping all want.
 Attention is computed over the whole static key range with a mask, so one compiled shape
 serves every prompt length inside a bucket. Rotary embeddings follow the HF convention
 (rotate_half over two halves), so HF checkpoints load without permuting q/k weights.
+
+RoPE scaling (`rope_type`, transformers' `modeling_rope_utils` formulas on the inverse
+frequencies inv_freq_i = theta^(-2i/head_dim)):
+- 'default': unscaled.
+- 'linear': inv_freq / rope_factor (position interpolation).
+- 'llama3' (Llama 3.1/3.2): with wavelen = 2 pi / inv_freq and L = rope_original_max_len,
+  wavelengths above L / rope_low_freq_factor are divided by rope_factor, those below
+  L / rope_high_freq_factor are kept, and those between are interpolated with
+  s = (L / wavelen - low) / (high - low): (1 - s) * inv_freq / factor + s * inv_freq.
+The frequencies are static (computed in numpy from the config), so they cost nothing per step.
+QK-norm (Qwen3, `qk_norm=True`): an RMSNorm over head_dim, one scale vector shared by all
+heads, applied to queries and keys after the projection and before the rotation.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Params = Any
 NEG_INF = -1e30
@@ -35,9 +50,15 @@ class ModelConfig:
   head_dim: int
   d_ff: int
   rope_theta: float = 10000.0
+  rope_type: str = 'default'  # default | linear | llama3 (see the module docstring)
+  rope_factor: float = 1.0  # linear, llama3: how much longer the context was made
+  rope_low_freq_factor: float = 1.0  # llama3
+  rope_high_freq_factor: float = 4.0  # llama3
+  rope_original_max_len: int = 8192  # llama3: the pre-extension context length
   rms_eps: float = 1e-6
   tie_embeddings: bool = True
   qkv_bias: bool = False
+  qk_norm: bool = False  # Qwen3: per-head RMSNorm on queries and keys before RoPE
   max_len: int = 2048
   dtype: str = 'float32'
   param_dtype: str = 'float32'
@@ -67,6 +88,42 @@ class ModelConfig:
       value = getattr(self, name)
       if value not in ('float32', 'bfloat16', 'float16'):
         raise ValueError(f'model.{name}={value!r}: use float32, bfloat16 or float16.')
+    if self.rope_type not in ROPE_TYPES:
+      raise ValueError(f'model.rope_type={self.rope_type!r} is unknown; use one of {ROPE_TYPES}.')
+    if self.rope_type != 'default' and self.rope_factor <= 0:
+      raise ValueError(f'model.rope_factor={self.rope_factor} must be > 0 for rope_type '
+                       f'{self.rope_type!r} (1.0 = no scaling).')
+    if self.rope_type == 'llama3':
+      if not 0 < self.rope_low_freq_factor < self.rope_high_freq_factor:
+        raise ValueError(
+            f'model.rope_low_freq_factor={self.rope_low_freq_factor} and '
+            f'model.rope_high_freq_factor={self.rope_high_freq_factor}: llama3 RoPE needs '
+            '0 < low < high (Llama 3.1/3.2 use 1.0 and 4.0).')
+      if self.rope_original_max_len < 1:
+        raise ValueError(f'model.rope_original_max_len={self.rope_original_max_len} must be '
+                         '>= 1 (Llama 3.1/3.2 use 8192).')
+
+
+ROPE_TYPES = ('default', 'linear', 'llama3')
+
+
+def rope_inv_freq(cfg: ModelConfig) -> np.ndarray:
+  """float32 [head_dim / 2] inverse frequencies of `cfg.rope_type` (module docstring)."""
+  dim = cfg.head_dim
+  inv_freq = 1.0 / (cfg.rope_theta ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+  inv_freq = inv_freq.astype(np.float32)
+  if cfg.rope_type == 'linear':
+    return (inv_freq / np.float32(cfg.rope_factor)).astype(np.float32)
+  if cfg.rope_type == 'llama3':
+    old_len = cfg.rope_original_max_len
+    low, high, factor = cfg.rope_low_freq_factor, cfg.rope_high_freq_factor, cfg.rope_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old_len / high) & ~(wavelen > old_len / low)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+  return inv_freq
 
 
 def _init(std: float, names: tuple[str | None, ...]):
@@ -87,11 +144,10 @@ class RMSNorm(nn.Module):
     return (normed * scale_D.astype(jnp.float32)).astype(self.dtype)
 
 
-def rotary(x_BxTxNxH, positions_BxT, theta: float):
+def rotary(x_BxTxNxH, positions_BxT, inv_freq_H2: np.ndarray):
   """HF-convention RoPE: rotate the two halves of each head by position-dependent angles."""
   half = x_BxTxNxH.shape[-1] // 2
-  inv_freq = 1.0 / (theta ** (jnp.arange(half, dtype=jnp.float32) / half))
-  angles_BxTxH2 = positions_BxT[..., None].astype(jnp.float32) * inv_freq
+  angles_BxTxH2 = positions_BxT[..., None].astype(jnp.float32) * jnp.asarray(inv_freq_H2)
   cos = jnp.cos(angles_BxTxH2)[:, :, None, :]
   sin = jnp.sin(angles_BxTxH2)[:, :, None, :]
   x32 = x_BxTxNxH.astype(jnp.float32)
@@ -115,8 +171,14 @@ class Attention(nn.Module):
           bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (head_axis, 'head_dim')),
           name=name)(x_BxTxD)
 
-    q_BxTxHxE = rotary(proj('q', cfg.n_heads, 'heads'), positions_BxT, cfg.rope_theta)
-    k_BxTxKxE = rotary(proj('k', cfg.n_kv_heads, 'kv_heads'), positions_BxT, cfg.rope_theta)
+    q_BxTxHxE = proj('q', cfg.n_heads, 'heads')
+    k_BxTxKxE = proj('k', cfg.n_kv_heads, 'kv_heads')
+    if cfg.qk_norm:
+      q_BxTxHxE = RMSNorm(cfg.rms_eps, dtype, pdtype, name='q_norm')(q_BxTxHxE)
+      k_BxTxKxE = RMSNorm(cfg.rms_eps, dtype, pdtype, name='k_norm')(k_BxTxKxE)
+    inv_freq_H2 = rope_inv_freq(cfg)
+    q_BxTxHxE = rotary(q_BxTxHxE, positions_BxT, inv_freq_H2)
+    k_BxTxKxE = rotary(k_BxTxKxE, positions_BxT, inv_freq_H2)
     v_BxTxKxE = proj('v', cfg.n_kv_heads, 'kv_heads')
 
     new_cache = None

@@ -6,7 +6,8 @@ Owns two tokenizers with one interface (`encode`, `decode`, `encode_prompt`, `pa
 - `CharTokenizer`: the embedded arithmetic task's 15-symbol vocabulary
   (PAD=0, BOS=1, EOS=2, '0'..'9' = 3..12, '+' = 13, '=' = 14), no downloads.
 - `HFTokenizer`: a local Hugging Face tokenizer directory via `AutoTokenizer`, with an
-  optional chat template (system prompt + user turn + generation prompt).
+  optional chat template (system prompt + user turn + generation prompt) and the
+  `enable_thinking` template switch (Qwen3: False pre-fills an empty <think></think> block).
 
 `load_tokenizer(config.tokenizer)` picks one; `load_saved_tokenizer(dir)` reads back what
 `save(dir)` wrote next to a run.
@@ -120,7 +121,7 @@ class HFTokenizer:
   """
 
   def __init__(self, path: str, chat_template: bool = False, system_prompt: str = '',
-               stop_strings: Sequence[str] = ()):
+               stop_strings: Sequence[str] = (), enable_thinking: bool = True):
     import transformers  # Heavy import, only for kind='hf'.
 
     if not path or not os.path.isdir(path):
@@ -131,6 +132,7 @@ class HFTokenizer:
     self.chat_template = bool(chat_template)
     self.system_prompt = system_prompt
     self.stop_strings = tuple(stop_strings)
+    self.enable_thinking = bool(enable_thinking)
     if self.chat_template and not self.tok.chat_template:
       raise ValueError(f'tokenizer.chat_template=True but {path} has no chat template; '
                        'set tokenizer.chat_template=False or add one to tokenizer_config.json')
@@ -187,7 +189,10 @@ class HFTokenizer:
     if self.system_prompt:
       messages.insert(0, {'role': 'system', 'content': self.system_prompt})
     # tokenize=False: in transformers v5 tokenize=True returns a dict, not ids.
-    return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    # enable_thinking reaches the template as a variable: Qwen3's template then closes an
+    # empty <think></think> block when it is False; templates that never read it ignore it.
+    return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                        enable_thinking=self.enable_thinking)
 
   def encode_prompt(self, prompt_text: str) -> list[int]:
     """Templated prompt ids; BOS is prepended unless the template already starts with it."""
@@ -223,7 +228,8 @@ class HFTokenizer:
     path = os.path.join(directory, HF_SETTINGS_FILE)
     with open(path, 'w') as f:
       json.dump({'kind': 'hf', 'chat_template': self.chat_template,
-                 'system_prompt': self.system_prompt, 'stop_strings': list(self.stop_strings)},
+                 'system_prompt': self.system_prompt, 'stop_strings': list(self.stop_strings),
+                 'enable_thinking': self.enable_thinking},
                 f, indent=1)
     return path
 
@@ -236,7 +242,8 @@ class HFTokenizer:
         settings = json.load(f)
     return cls(directory, chat_template=settings.get('chat_template', False),
                system_prompt=settings.get('system_prompt', ''),
-               stop_strings=settings.get('stop_strings', ()))
+               stop_strings=settings.get('stop_strings', ()),
+               enable_thinking=settings.get('enable_thinking', True))
 
 
 Tokenizer = CharTokenizer | HFTokenizer
@@ -250,7 +257,8 @@ def load_tokenizer(tokenizer_config: Any) -> Tokenizer:
   if kind == 'hf':
     return HFTokenizer(tokenizer_config.path, chat_template=tokenizer_config.chat_template,
                        system_prompt=tokenizer_config.system_prompt,
-                       stop_strings=tuple(tokenizer_config.stop_strings))
+                       stop_strings=tuple(tokenizer_config.stop_strings),
+                       enable_thinking=tokenizer_config.enable_thinking)
   raise ValueError(f"tokenizer.kind={kind!r} is not one of 'char', 'hf'")
 
 

@@ -106,6 +106,31 @@ def test_cli_rejects_unknown_override_before_compute(tmp_path):
   assert not os.path.exists(tmp_path / 'w')
 
 
+@pytest.mark.parametrize('fields, match', [
+    ({'policy_loss': 'grpo'}, r"train.policy_loss='grpo' is not one of \('cispo', 'ppo'\)"),
+    ({'importance_level': 'seq'},
+     r"train.importance_level='seq' is not one of \('sequence', 'token'\)"),
+    ({'clip_eps_low': 1.5}, r'train.clip_eps_low=1.5 must be in \[0, 1\].*CISPO'),
+    ({'importance_level': 'sequence'},
+     r'importance_level=sequence with train.clip_eps_high=0.28.*clip_eps_high=4e-4'),
+])
+def test_loss_fields_are_checked(fields, match):
+  c = config()
+  c.train.update(fields)
+  with pytest.raises(ValueError, match=match):
+    config_check.check_config(c)
+
+
+@pytest.mark.parametrize('fields', [
+    {'importance_level': 'sequence', 'clip_eps_low': 3e-4, 'clip_eps_high': 4e-4},
+    {'policy_loss': 'cispo', 'clip_eps_low': 1.0, 'clip_eps_high': 0.28},
+])
+def test_gspo_and_cispo_settings_pass(fields):
+  c = config()
+  c.train.update(fields)
+  config_check.check_config(c)
+
+
 def _config_module(name):
   import importlib.util
   spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, 'configs', f'{name}.py'))
@@ -134,7 +159,8 @@ def test_parse_arg_is_typed_and_strict():
 
 def test_every_config_file_uses_the_strict_parser():
   single_gpu = (1, 1, 1)
-  for name in ('qwen2_5_math_1_5b_gsm8k', 'qwen2_5_math_1_5b_dapo_math'):
+  for name in ('qwen2_5_math_1_5b_gsm8k', 'qwen2_5_math_1_5b_dapo_math', 'qwen3_0_6b_gsm8k',
+               'qwen3_1_7b_gsm8k', 'llama3_2_3b_gsm8k'):
     module = _config_module(name)
     assert tuple(module.get_config('gpu=0').mesh.shape) != single_gpu, name  # '0' is False
     assert tuple(module.get_config('gpu=1').mesh.shape) == single_gpu, name

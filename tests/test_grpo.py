@@ -400,8 +400,139 @@ def test_kl_argument_errors():
     grpo.policy_loss(*args, loss_agg='mean', **LOSS_KW)
 
 
-@pytest.mark.parametrize('loss_agg', sorted(grpo.LOSS_AGGREGATIONS))
-def test_micro_batched_gradient_equals_full_batch(loss_agg):
+# --------------------------------------------------------------------------- GSPO and CISPO
+
+
+# GSPO on `_tiny_loss_example` (eps 0.2): row 0 counts ratios [1, 1.1] -> s_0 = 1.1^(1/2) =
+# 1.0488088, A = 1, loss -s_0 on each of 2 tokens; row 1 counts [1, .9, 1.3] -> s_1 =
+# 1.17^(1/3) = 1.0537281 (inside [.8, 1.2], though token 1.3 alone is outside), A = -.5,
+# loss .5 s_1 = .5268641 on each of 3 tokens.
+@pytest.mark.parametrize('loss_agg, expected_sum, expected_denom', [
+    ('token_mean', -2 * 1.0488088 + 3 * 0.5268641, 5.0),
+    ('seq_mean_token_mean', -1.0488088 + 0.5268641, 2.0),
+])
+def test_gspo_hand_numbers(loss_agg, expected_sum, expected_denom):
+  logp, old_logp, advantages, mask, valid = _tiny_loss_example()
+
+  def loss(logp):
+    s, d, metrics = grpo.policy_loss(logp, old_logp, advantages, mask, valid, loss_agg=loss_agg,
+                                     importance_level='sequence', **LOSS_KW)
+    return s, (d, metrics)
+
+  (loss_sum, (denom, metrics)), grad = jax.value_and_grad(loss, has_aux=True)(jnp.asarray(logp))
+  np.testing.assert_allclose(float(loss_sum), expected_sum, rtol=1e-5)
+  assert float(denom) == expected_denom
+  means = grpo.finalize_loss_metrics(metrics)
+  np.testing.assert_allclose(float(means['ratio_max']), 1.17 ** (1 / 3), rtol=1e-5)
+  np.testing.assert_allclose(float(means['ratio_min']), 1.1 ** 0.5, rtol=1e-5)
+  assert float(means['clip_frac_high']) == 0.0  # sequence-level: no sequence is clipped
+  # d/dlogp_t of -s_i A_i (per-row weight w): -s_i A_i w, the same on every counted token.
+  w0, w1 = (1.0, 1.0) if loss_agg == 'token_mean' else (1 / 2, 1 / 3)
+  np.testing.assert_allclose(np.asarray(grad), [
+      [-1.0488088 * w0, -1.0488088 * w0, 0.0],
+      [0.5268641 * w1, 0.5268641 * w1, 0.5268641 * w1],
+      [0.0, 0.0, 0.0]], rtol=1e-5, atol=1e-7)
+
+
+def test_gspo_token_form_equals_plain_gspo_value_and_gradient():
+  """GSPO-token (ours) == plain GSPO: mean over rows of -min(s_i A_i, clip(s_i) A_i) with
+  s_i = exp(mean_t log ratio) differentiated directly, with the paper's tiny eps (3e-4 /
+  4e-4) so some sequences are clipped and some are not."""
+  rng = np.random.default_rng(3)
+  R, T = 6, 5
+  logp = jnp.asarray(-rng.uniform(0.1, 3.0, size=(R, T)), jnp.float32)
+  old_logp = logp + jnp.asarray(rng.normal(scale=1e-3, size=(R, T)), jnp.float32)
+  advantages = jnp.asarray(rng.normal(size=R), jnp.float32)
+  mask = jnp.asarray(np.arange(T)[None] < np.array([5, 1, 3, 4, 2, 5])[:, None], jnp.float32)
+  valid = jnp.array([True, True, True, False, True, True])
+  eps = {'clip_eps_low': 3e-4, 'clip_eps_high': 4e-4}
+
+  def ours(logp):
+    s, d, _ = grpo.policy_loss(logp, old_logp, advantages, mask, valid,
+                               loss_agg='seq_mean_token_mean', importance_level='sequence',
+                               logratio_clamp=10.0, max_new_tokens=T, **eps)
+    return s / d
+
+  def plain(logp):
+    s_R = jnp.exp(jnp.sum((logp - old_logp) * mask, -1) / jnp.sum(mask, -1))
+    clipped_R = jnp.clip(s_R, 1 - eps['clip_eps_low'], 1 + eps['clip_eps_high'])
+    per_row = -jnp.minimum(s_R * advantages, clipped_R * advantages)
+    return jnp.sum(jnp.where(valid, per_row, 0.0)) / jnp.sum(valid)
+
+  s_R = np.exp(np.sum((np.asarray(logp) - np.asarray(old_logp)) * mask, -1) / np.sum(mask, -1))
+  outside = (s_R > 1 + 4e-4) | (s_R < 1 - 3e-4)
+  assert outside[np.asarray(valid)].any() and (~outside[np.asarray(valid)]).any()
+  np.testing.assert_allclose(float(ours(logp)), float(plain(logp)), rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(jax.grad(ours)(logp)), np.asarray(jax.grad(plain)(logp)),
+                             rtol=1e-4, atol=1e-7)
+
+
+def test_sequence_clipping_is_all_or_nothing_per_sequence():
+  """Token ratios [2, .5] average to s = 1 in log space: GSPO keeps both tokens' gradient
+  (-A s / 2 each under seq_mean_token_mean); token-level PPO drops the ratio-2 token."""
+  logp = jnp.array([[-1.0, -1.0]])
+  old_logp = logp - jnp.log(jnp.array([[2.0, 0.5]]))
+
+  def grad(level):
+    def loss(logp):
+      s, d, _ = grpo.policy_loss(logp, old_logp, jnp.array([1.0]), jnp.ones((1, 2)),
+                                 jnp.array([True]), loss_agg='seq_mean_token_mean',
+                                 importance_level=level, **LOSS_KW)
+      return s / d
+    return np.asarray(jax.grad(loss)(logp))[0]
+
+  np.testing.assert_allclose(grad('sequence'), [-0.5, -0.5], rtol=1e-6)
+  np.testing.assert_allclose(grad('token'), [0.0, -0.25], rtol=1e-6)
+
+
+def test_cispo_hand_numbers():
+  """IS weights clip(r, .8, 1.2): row 0 [1, 1.1], A = 1, logp [-1, -2] -> losses 1, 2.2;
+  row 1 [1, .9, 1.2 (from 1.3)], A = -.5, logp [-.3, -1.2, -.7] -> -.15, -.54, -.42."""
+  logp, old_logp, advantages, mask, valid = _tiny_loss_example()
+
+  def loss(logp):
+    s, d, metrics = grpo.policy_loss(logp, old_logp, advantages, mask, valid,
+                                     loss_agg='token_mean', pg_loss='cispo', **LOSS_KW)
+    return s / d, (s, metrics)
+
+  (_, (loss_sum, metrics)), grad = jax.value_and_grad(loss, has_aux=True)(jnp.asarray(logp))
+  np.testing.assert_allclose(float(loss_sum), 1.0 + 2.2 - 0.15 - 0.54 - 0.42, rtol=1e-5)
+  # Gradient -sg(w) A / 5 on every counted token: the weight is not differentiated.
+  np.testing.assert_allclose(np.asarray(grad), np.array([
+      [-1.0, -1.1, 0.0], [0.5, 0.45, 0.6], [0.0, 0.0, 0.0]]) / 5, rtol=1e-5, atol=1e-7)
+  means = grpo.finalize_loss_metrics(metrics)
+  assert float(means['clip_frac_high']) == pytest.approx(0.2)  # the 1.3 token, any A sign
+  assert float(means['clip_frac_low']) == 0.0
+
+
+def test_cispo_keeps_the_gradient_ppo_clips_away():
+  def grad(pg_loss):
+    def loss(logp):
+      s, d, _ = grpo.policy_loss(logp, jnp.array([[-1.0 - np.log(1.5)]]), jnp.array([1.0]),
+                                 jnp.ones((1, 1)), jnp.array([True]), loss_agg='token_mean',
+                                 pg_loss=pg_loss, **{**LOSS_KW, 'max_new_tokens': 1})
+      return s / d
+    return float(jax.grad(loss)(jnp.array([[-1.0]]))[0, 0])
+
+  assert grad('ppo') == 0.0  # ratio 1.5 > 1.2 with A > 0: PPO drops the token
+  np.testing.assert_allclose(grad('cispo'), -1.2, rtol=1e-6)  # weight capped at 1 + eps_high
+
+
+def test_unknown_loss_names_are_named():
+  args = (np.zeros((1, 1)), np.zeros((1, 1)), np.zeros(1), np.ones((1, 1)), np.ones(1, bool))
+  with pytest.raises(ValueError, match="pg_loss='reinforce'.*cispo"):
+    grpo.policy_loss(*args, loss_agg='token_mean', pg_loss='reinforce', **LOSS_KW)
+  with pytest.raises(ValueError, match="importance_level='row'.*sequence"):
+    grpo.policy_loss(*args, loss_agg='token_mean', importance_level='row', **LOSS_KW)
+
+
+_LOSS_VARIANTS = [(agg, 'ppo', 'token') for agg in sorted(grpo.LOSS_AGGREGATIONS)] + [
+    ('seq_mean_token_mean', 'ppo', 'sequence'), ('token_mean', 'ppo', 'sequence'),
+    ('token_mean', 'cispo', 'token'), ('seq_mean_token_sum_norm', 'cispo', 'sequence')]
+
+
+@pytest.mark.parametrize('loss_agg, pg_loss, importance_level', _LOSS_VARIANTS)
+def test_micro_batched_gradient_equals_full_batch(loss_agg, pg_loss, importance_level):
   rng = np.random.default_rng(9)
   R, T = 6, 5
   logp = jnp.asarray(-rng.uniform(0.1, 3.0, size=(R, T)), jnp.float32)
@@ -411,7 +542,8 @@ def test_micro_batched_gradient_equals_full_batch(loss_agg):
   lengths = np.array([5, 1, 3, 4, 2, 5])
   mask = jnp.asarray(np.arange(T)[None] < lengths[:, None], jnp.float32)
   valid = jnp.array([True, True, True, False, True, True])
-  kw = {'loss_agg': loss_agg, 'kl_coef': 0.05, 'kl_form': 'k3', **LOSS_KW}
+  kw = {'loss_agg': loss_agg, 'kl_coef': 0.05, 'kl_form': 'k3', 'pg_loss': pg_loss,
+        'importance_level': importance_level, **LOSS_KW}
 
   def rows_loss(logp_rows, rows, denom):
     s, _, metrics = grpo.policy_loss(

@@ -79,7 +79,19 @@ def test_half_padded_batch_counts_only_valid_groups():
   assert float(metrics['num_valid_groups']) == 2
 
 
+# The policy losses (sgpo_jax/grpo.py registries): PPO token-level (the default), CISPO
+# without a lower bound, GSPO with the paper's bounds.
+LOSSES = {
+    'ppo': {},
+    'cispo': {'policy_loss': 'cispo', 'clip_eps_low': 1.0, 'clip_eps_high': 0.28},
+    'gspo': {'importance_level': 'sequence', 'clip_eps_low': 3e-4, 'clip_eps_high': 4e-4,
+             'loss_agg': 'seq_mean_token_mean'},
+}
+
+
 def test_micro_batched_step_equals_full_batch_step():
+  # Exactness for every registered loss is pinned per element of the gradient in
+  # test_grpo.py::test_micro_batched_gradient_equals_full_batch; here the learner's wiring.
   batch = make_batch([2, 2, 4, 8])
   full, state_full = make_learner(run_config(micro_batches=1))
   micro, state_micro = make_learner(run_config(micro_batches=4))
@@ -91,8 +103,9 @@ def test_micro_batched_step_equals_full_batch_step():
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
 
 
-def test_policy_gradient_step_moves_logprobs_with_advantage_sign():
-  config = run_config(learning_rate=1e-3, loss_agg='seq_mean_token_mean')
+@pytest.mark.parametrize('loss', sorted(LOSSES))
+def test_policy_gradient_step_moves_logprobs_with_advantage_sign(loss):
+  config = run_config(learning_rate=1e-3, **{'loss_agg': 'seq_mean_token_mean', **LOSSES[loss]})
   learner, state = make_learner(config)
   batch = make_batch([4, 4, 4, 4], seed=3)
   batch['rewards_R'] = np.tile([1.0, 0.0, 0.0, 0.0], 4).astype(np.float32)

@@ -70,6 +70,19 @@ def test_kv_cache_decode_matches_full_forward(cfg, params):
   assert np.abs(np.diff(full_BxTxV[0], axis=0)).max() > 1e-2
 
 
+def test_kv_cache_decode_matches_full_forward_qk_norm_and_llama3_rope():
+  """Qwen3 / Llama 3 features through the sampler's cache path (head_dim != d_model / heads)."""
+  cfg = tiny_config(qk_norm=True, head_dim=12, rope_type='llama3', rope_factor=8.0,
+                    rope_original_max_len=16, rope_theta=500.0)
+  params = params_for(cfg)
+  prompts = [random_tokens(1, 6, 16), random_tokens(2, 3, 16)]
+  cached_BxTxV, tokens_BxT, mask_BxT = _decode_through_cache(
+      cfg, params, prompts, random_tokens(4, (2, 4), 16), prompt_len=6)
+  full_BxTxV = np.asarray(forward_fn(cfg)(params, tokens_BxT, mask_BxT))
+  real_BxT = mask_BxT > 0
+  np.testing.assert_allclose(cached_BxTxV[real_BxT], full_BxTxV[real_BxT], atol=ATOL, rtol=0)
+
+
 def test_causal_mask_future_token_never_changes_earlier_logits(cfg, params):
   tokens_BxT = random_tokens(5, (2, 10), cfg.vocab_size)
   mask_BxT = np.ones_like(tokens_BxT)
@@ -177,6 +190,39 @@ def test_qkv_bias_params_present_and_used():
                 - np.asarray(fwd(params, tokens_BxT, mask_BxT))).max() > 1e-3
 
 
+def test_qk_norm_params_present_and_used():
+  cfg = tiny_config(qk_norm=True, head_dim=12)
+  params = params_for(cfg)
+  attn = params['layers_0']['attn']
+  assert attn['q_norm']['scale'].shape == (12,) and attn['k_norm']['scale'].shape == (12,)
+  assert attn['q']['kernel'].shape == (32, 4, 12)
+  assert 'q_norm' not in params_for(tiny_config(head_dim=12))['layers_0']['attn']
+  tokens_BxT = random_tokens(12, (1, 6), 16)
+  mask_BxT = np.ones_like(tokens_BxT)
+  fwd = forward_fn(cfg)
+  scaled = jax.tree.map(lambda x: x, params)
+  scaled['layers_0']['attn']['k_norm']['scale'] = attn['k_norm']['scale'] * 2.0
+  assert np.abs(np.asarray(fwd(scaled, tokens_BxT, mask_BxT))
+                - np.asarray(fwd(params, tokens_BxT, mask_BxT))).max() > 1e-3
+
+
+def test_rope_inverse_frequencies_by_hand():
+  """theta 100, head_dim 4: inv_freq = [1, 0.1], wavelengths 2 pi and 20 pi."""
+  base = tiny_config(head_dim=4, rope_theta=100.0)
+  np.testing.assert_allclose(model_lib.rope_inv_freq(base), [1.0, 0.1], rtol=1e-6)
+  linear = dataclasses.replace(base, rope_type='linear', rope_factor=2.0)
+  np.testing.assert_allclose(model_lib.rope_inv_freq(linear), [0.5, 0.05], rtol=1e-6)
+  # llama3, original length 40 (low 1, high 4): kept below 40/4 = 10, divided above 40.
+  llama3 = dataclasses.replace(base, rope_type='llama3', rope_factor=4.0,
+                               rope_original_max_len=40)
+  np.testing.assert_allclose(model_lib.rope_inv_freq(llama3), [1.0, 0.025], rtol=1e-6)
+  # original length 100: 20 pi lies in [25, 100], interpolated with s = (100 / 20 pi - 1) / 3.
+  mid = dataclasses.replace(llama3, rope_original_max_len=100)
+  s = (100 / (20 * np.pi) - 1) / 3
+  np.testing.assert_allclose(model_lib.rope_inv_freq(mid),
+                             [1.0, (1 - s) * 0.1 / 4 + s * 0.1], rtol=1e-6)
+
+
 @functools.lru_cache(maxsize=None)
 def _loss_and_grad_fn(cfg):
   """Jitted next-token cross-entropy -> ((loss, logits_BxTxV), grads)."""
@@ -216,6 +262,10 @@ def test_positions_from_mask_counts_real_tokens_only():
     (dict(head_dim=7), 'head_dim=7'),
     (dict(dtype='float64'), "dtype='float64'"),
     (dict(param_dtype='int8'), "param_dtype='int8'"),
+    (dict(rope_type='yarn'), "rope_type='yarn'"),
+    (dict(rope_type='linear', rope_factor=0.0), 'rope_factor=0.0'),
+    (dict(rope_type='llama3', rope_low_freq_factor=4.0, rope_high_freq_factor=1.0),
+     'rope_low_freq_factor=4.0'),
 ])
 def test_validate_errors(overrides, message):
   with pytest.raises(ValueError, match=message):

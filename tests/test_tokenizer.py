@@ -156,3 +156,57 @@ def test_hf_decode_of_ids_past_the_vocabulary_is_replaced_not_raised(hf_dir):
   text = tok.decode(ids + [len(tok.tok) + 5] + ids)
   assert text.count(UNKNOWN_CHAR) == 1
   assert text.startswith(tok.decode(ids))
+
+
+# Qwen3's chat template, reduced to the parts a one-turn prompt uses; the generation-prompt
+# block (the `enable_thinking` switch) is as in Qwen/Qwen3-*'s tokenizer_config.json.
+QWEN3_TEMPLATE = (
+    "{%- if messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}{%- if message.role == 'user' %}"
+    "{{- '<|im_start|>user\\n' + message.content + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}")
+
+
+@pytest.fixture(scope='module')
+def qwen3_dir(tmp_path_factory):
+  """A Qwen3-style tokenizer: no BOS, EOS '<|im_end|>', <think> tokens, Qwen3's template."""
+  from tokenizers import Tokenizer, models, pre_tokenizers
+  from transformers import PreTrainedTokenizerFast
+
+  specials = ['<|endoftext|>', '<|im_start|>', '<|im_end|>', '<think>', '</think>', '<unk>']
+  words = ['what', 'is', '2', '+', '3', '?', '5', 'user', 'system', 'assistant', 'be', 'brief',
+           '.']
+  core = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(specials + words)},
+                                    unk_token='<unk>'))
+  core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+  fast = PreTrainedTokenizerFast(tokenizer_object=core, eos_token='<|im_end|>',
+                                 pad_token='<|endoftext|>', unk_token='<unk>',
+                                 additional_special_tokens=['<|im_start|>', '<think>', '</think>'])
+  fast.chat_template = QWEN3_TEMPLATE
+  directory = str(tmp_path_factory.mktemp('qwen3_tok'))
+  fast.save_pretrained(directory)
+  return directory
+
+
+@pytest.mark.parametrize('enable_thinking, tail', [
+    (True, '<|im_start|>assistant\n'),
+    (False, '<|im_start|>assistant\n<think>\n\n</think>\n\n'),
+])
+def test_qwen3_template_thinking_switch(qwen3_dir, tmp_path, enable_thinking, tail):
+  tok = load_tokenizer(_tokenizer_config(kind='hf', path=qwen3_dir, chat_template=True,
+                                         system_prompt='be brief .',
+                                         enable_thinking=enable_thinking))
+  text = tok.prompt_text('what is 2 + 3 ?')
+  assert text == ('<|im_start|>system\nbe brief .<|im_end|>\n<|im_start|>user\n'
+                  'what is 2 + 3 ?<|im_end|>\n' + tail)
+  ids = tok.encode_prompt('what is 2 + 3 ?')
+  assert tok.bos_id is None and ids[0] == tok.encode('<|im_start|>')[0]  # no BOS prepended
+  think, end_think = tok.encode('<think>')[0], tok.encode('</think>')[0]
+  assert ids[-2:] == ([think, end_think] if not enable_thinking
+                      else tok.encode('<|im_start|> assistant'))
+  assert tok.stop_token_ids == [tok.encode('<|im_end|>')[0]]
+  tok.save(str(tmp_path))  # the switch survives save / load next to a run
+  assert load_saved_tokenizer(str(tmp_path)).encode_prompt('what is 2 + 3 ?') == ids

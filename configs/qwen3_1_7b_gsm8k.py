@@ -1,0 +1,51 @@
+"""Qwen3-1.7B on GSM8K: the Qwen3-0.6B config (`configs/qwen3_0_6b_gsm8k.py`) at 1.7B.
+
+Model: dims from the published config.json of Qwen/Qwen3-1.7B (Qwen/Qwen3-1.7B-Base has the
+same architecture): model_type qwen3, hidden_size 2048, num_hidden_layers 28,
+num_attention_heads 16, num_key_value_heads 8, head_dim 128, intermediate_size 6144,
+vocab_size 151936, tie_word_embeddings true, rope_theta 1000000, rope_scaling null,
+rms_norm_eps 1e-6, max_position_embeddings 40960, QK-norm. 1,720,574,976 parameters
+(1,409,410,048 without the embedding). Only d_model and d_ff differ from 0.6B.
+
+Launch:
+  python -m sgpo_jax.main --config configs/qwen3_1_7b_gsm8k.py --config.dry_run=True
+  python -m sgpo_jax.main --config configs/qwen3_1_7b_gsm8k.py \
+      --config.model.hf_path=/data/Qwen3-1.7B --config.tokenizer.path=/data/Qwen3-1.7B \
+      --config.data.path=/data/gsm8k --workdir gs://bucket/runs/qwen3_17b_gsm8k_sgpo
+  python -m sgpo_jax.main --config configs/qwen3_1_7b_gsm8k.py:gpu=1,loss=cispo ...
+
+Memory (from `sgpo_jax/dry_run.py`): per v5e-8 chip 0.8 GiB params, 0.8 GiB grads, 1.6 GiB
+AdamW, 5.25 GiB KV cache for 256 rows x 1536 tokens, activations with remat ~1.5 GiB at 2
+rows per chip per micro-batch; peak 7.7 GiB. One GPU (`gpu=1`, 8 micro-batches of 32 rows):
+25.6 GiB params + grads + AdamW, 42 GiB KV cache; peak 61 GiB.
+
+Variants: as `configs/qwen3_0_6b_gsm8k.py` (method, gpu, loss, thinking).
+"""
+
+import importlib.util
+import os
+
+import ml_collections
+
+from sgpo_jax.config_args import parse_arg
+
+HF_PATH = '/path/to/Qwen3-1.7B'  # placeholder: a local checkpoint directory
+
+
+def _sibling_config(name: str):
+  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f'{name}.py')
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  small = _sibling_config('qwen3_0_6b_gsm8k')
+  c = small.get_config(arg)  # parses (and checks) the same variants
+  thinking = c.tokenizer.enable_thinking
+  small.set_qwen3(c, d_model=2048, d_ff=6144, hf_path=HF_PATH)
+  c.tokenizer.enable_thinking = thinking
+  gpu = parse_arg(arg, method='sgpo', gpu=False, loss='ppo', thinking=False)['gpu']
+  c.train.micro_batches = 8 if gpu else 16  # 32 rows per GPU / 2 per v5e chip
+  return c
