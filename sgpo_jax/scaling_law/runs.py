@@ -8,11 +8,18 @@ Keys read (first present wins):
 - model size N: summary `params_nonembed`, `model_params_nonembed`, `params`, or the same
   keys inside a `model` dict; None when absent (the run is left out of the joint law).
 - method: summary `method`, else config.json `method`, else None.
-- planned steps: summary `num_steps`, config.json `train.num_steps`, summary `steps`,
-  else the last logged step.
+- run length (see `run_length`): the steps the run actually took (summary `steps`) once it
+  has finished; while it runs, config `train.num_steps`, cut to the step where
+  `train.flops_budget` will be reached at the FLOPs per step logged so far; summary
+  `num_steps` wins over both; else the last logged step.
 - the metric from each metrics.jsonl line that has a finite value for it, with `step` and
   `flops_total`; for `eval_accuracy`, summary `eval_accuracy_initial` is added at step 0
-  when no step-0 eval was logged.
+  when no step-0 eval was logged. `reward_over_profile` is reward_mean - p_hat_mean: the
+  batch's reward above the profiled solve rate of its own queries, which takes out the
+  difficulty of each curriculum phase (sGPO's G2 batches sit near 0.7, its G8 ones near 0.3).
+- metric 'auto' (`choose_metric`): held-out eval_accuracy when the run logs at least
+  MIN_EVAL_POINTS evals, else reward_over_profile for curriculum runs (those that log
+  p_hat_mean), else reward_mean.
 """
 
 from __future__ import annotations
@@ -31,7 +38,10 @@ from sgpo_jax.scaling_law.joint_law import JointLaw, fit_joint_law
 from sgpo_jax.scaling_law.trajectory import (DEFAULT_FORMS, TrajectoryFit, fit_trajectory,
                                              get_form, select_form)
 
-METRICS = ('reward_mean', 'eval_accuracy')
+METRICS = ('reward_mean', 'eval_accuracy', 'reward_over_profile')
+AUTO_METRIC = 'auto'
+# An eval curve with fewer points than this (step 0 included) is too sparse to forecast.
+MIN_EVAL_POINTS = 5
 # The noise-free forecast is compared with the mean of the last 5% of planned steps
 # rather than one noisy last point.
 ACTUAL_FINAL_WINDOW = 0.05
@@ -57,6 +67,9 @@ class RunRecord:
   flops_total: np.ndarray
   method: str | None = None
   notes: list[str] = dataclasses.field(default_factory=list)
+  length_source: str = 'planned'  # how total_steps was found (see run_length)
+  metric_reason: str = ''  # why this metric (set when it was chosen automatically)
+  finished: bool = False  # summary.json exists
 
   @property
   def r0(self) -> float:
@@ -85,10 +98,77 @@ def _first_number(sources: Sequence[dict[str, Any]], keys: Sequence[str]) -> flo
   return None
 
 
+def _read_rows(metrics_path: Path) -> list[dict[str, Any]]:
+  rows = []
+  with metrics_path.open() as handle:
+    for number, line in enumerate(handle, 1):
+      if not line.strip():
+        continue
+      try:
+        rows.append(json.loads(line))
+      except json.JSONDecodeError as error:
+        raise ValueError(f'{metrics_path}:{number} is not JSON ({error}); fix or drop the '
+                         'line') from error
+  return rows
+
+
+def _finite(value: Any) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def choose_metric(rows: Sequence[dict[str, Any]]) -> tuple[str, str]:
+  """(metric, why) for metric='auto': what is meaningful to forecast for this run."""
+  n_eval = sum(_finite(row.get('eval_accuracy')) for row in rows)
+  if n_eval >= MIN_EVAL_POINTS:
+    return 'eval_accuracy', (f'held-out eval_accuracy: the run logs {n_eval} evals, and it is '
+                             'comparable across methods and curriculum phases')
+  if any(_finite(row.get('p_hat_mean')) for row in rows):
+    return 'reward_over_profile', (
+        f'only {n_eval} evals logged; a curriculum run mixes phases of different difficulty, '
+        'so reward_mean - p_hat_mean (reward above the profiled solve rate) is forecast')
+  return 'reward_mean', f'only {n_eval} evals logged; reward_mean of the training batches'
+
+
+def run_length(summary: dict[str, Any], config: dict[str, Any],
+               rows: Sequence[dict[str, Any]]) -> tuple[int, str]:
+  """(steps the run takes, where that number came from); see the module docstring.
+
+  A run stopped by `train.flops_budget` (or early) takes fewer steps than the planned
+  `train.num_steps`: a forecast "from 30% of the run" must mean 30% of those steps.
+  """
+  logged = [float(row['step']) for row in rows if _finite(row.get('step'))]
+  last_step = max(logged) if logged else 0.0
+  if _finite(summary.get('num_steps')):
+    return int(summary['num_steps']), 'summary num_steps'
+  if summary and _finite(summary.get('steps')):
+    return int(summary['steps']), 'steps taken (finished run)'
+  train = config.get('train') if isinstance(config.get('train'), dict) else {}
+  planned = train.get('num_steps')
+  if not _finite(planned):
+    return int(last_step), 'last logged step (no summary or config)'
+  budget = train.get('flops_budget')
+  points = sorted((float(row['step']), float(row['flops_total'])) for row in rows
+                  if _finite(row.get('step')) and _finite(row.get('flops_total'))
+                  and row['step'] > 0 and 'reward_mean' in row)
+  if _finite(budget) and budget > 0 and len(points) >= 2:
+    (first_step, first_flops), (step, flops) = points[0], points[-1]
+    if step > first_step:
+      per_step = (flops - first_flops) / (step - first_step)
+      if flops >= budget:
+        return int(step), 'flops budget reached at the last logged step'
+      if per_step > 0:
+        until_budget = step + math.ceil((budget - flops) / per_step)
+        if until_budget < planned:
+          return int(until_budget), (f'flops_budget {budget:.3g} at {per_step:.3g} FLOPs/step '
+                                     '(run still going)')
+  return int(planned), 'planned train.num_steps (run still going)'
+
+
 def load_run(run_dir: str | Path, metric: str = 'reward_mean') -> RunRecord:
   """Reads one run directory (see the module docstring for the keys used)."""
-  if metric not in METRICS:
-    raise ValueError(f'metric={metric!r} is not supported; use one of {METRICS}')
+  if metric not in METRICS + (AUTO_METRIC,):
+    raise ValueError(f'metric={metric!r} is not supported; use one of '
+                     f'{METRICS + (AUTO_METRIC,)}')
   run_dir = Path(run_dir)
   metrics_path = run_dir / 'metrics.jsonl'
   if not metrics_path.exists():
@@ -106,30 +186,29 @@ def load_run(run_dir: str | Path, metric: str = 'reward_mean') -> RunRecord:
   size_keys = ('params_nonembed', 'model_params_nonembed', 'params')
   params_nonembed = _first_number([summary, model_block], size_keys)
 
+  rows = _read_rows(metrics_path)
+  reason = ''
+  if metric == AUTO_METRIC:
+    metric, reason = choose_metric(rows)
   steps, values, flops = [], [], []
   padded = 0
-  with metrics_path.open() as handle:
-    for number, line in enumerate(handle, 1):
-      if not line.strip():
-        continue
-      try:
-        row = json.loads(line)
-      except json.JSONDecodeError as error:
-        raise ValueError(f'{metrics_path}:{number} is not JSON ({error}); fix or drop the '
-                         'line') from error
+  for row in rows:
+    if metric == 'reward_over_profile':
+      value = (row['reward_mean'] - row['p_hat_mean']
+               if _finite(row.get('reward_mean')) and _finite(row.get('p_hat_mean')) else None)
+    else:
       value = row.get(metric)
-      if 'step' not in row or not isinstance(value, (int, float)) or not math.isfinite(value):
-        continue
-      padding = row.get('padding_fraction')
-      if (metric == 'reward_mean' and isinstance(padding, (int, float))
-          and padding > MAX_PADDING_FRACTION):
-        padded += 1
-        continue
-      steps.append(float(row['step']))
-      values.append(float(value))
-      flops.append(float(row.get('flops_total', float('nan'))))
+    if 'step' not in row or not _finite(value):
+      continue
+    padding = row.get('padding_fraction')
+    if (metric != 'eval_accuracy' and _finite(padding) and padding > MAX_PADDING_FRACTION):
+      padded += 1
+      continue
+    steps.append(float(row['step']))
+    values.append(float(value))
+    flops.append(float(row.get('flops_total', float('nan'))))
   initial = summary.get('eval_accuracy_initial')
-  if metric == 'eval_accuracy' and isinstance(initial, (int, float)) and 0.0 not in steps:
+  if metric == 'eval_accuracy' and _finite(initial) and 0.0 not in steps:
     steps.insert(0, 0.0)
     values.insert(0, float(initial))
     flops.insert(0, float('nan'))
@@ -137,11 +216,8 @@ def load_run(run_dir: str | Path, metric: str = 'reward_mean') -> RunRecord:
     raise ValueError(f'{metrics_path} has no lines with a finite {metric!r}; pick another '
                      '--metric')
   order = np.argsort(steps, kind='stable')
-  config_steps = (config.get('train') or {}).get('num_steps') if isinstance(
-      config.get('train'), dict) else None
-  total_steps = _first_number([summary], ['num_steps']) or (
-      float(config_steps) if isinstance(config_steps, (int, float)) else None) or _first_number(
-          [summary], ['steps']) or max(steps)
+  total_steps, length_source = run_length(summary, config, rows)
+  total_steps = max(total_steps, 1)
   method = next((source['method'] for source in (summary, config)
                  if isinstance(source.get('method'), str)), None)
   return RunRecord(run_dir=run_dir, name=run_dir.name, model=str(model),
@@ -149,7 +225,9 @@ def load_run(run_dir: str | Path, metric: str = 'reward_mean') -> RunRecord:
                    steps=np.array(steps)[order], values=np.array(values)[order],
                    flops_total=np.array(flops)[order], method=method,
                    notes=[f'skipped {padded} steps with padding_fraction > '
-                          f'{MAX_PADDING_FRACTION}'] if padded else [])
+                          f'{MAX_PADDING_FRACTION}'] if padded else [],
+                   length_source=length_source, metric_reason=reason,
+                   finished=bool(summary))
 
 
 def _ci_list(interval: tuple[float, float]) -> list[float]:
