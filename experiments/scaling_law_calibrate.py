@@ -37,7 +37,7 @@ from sgpo_jax.scaling_law.calibration import (DEFAULT_PREDICTOR, PREDICTORS, Cal
                                               calibrated_forecast, prefix_features)
 from sgpo_jax.scaling_law.conformal import interval_contains
 from sgpo_jax.scaling_law.early_stop import trend_stop_step
-from sgpo_jax.scaling_law.runs import RunRecord, load_run
+from sgpo_jax.scaling_law.runs import RunRecord, load_run, run_key
 from sgpo_jax.scaling_law.trajectory import FORMS, fit_trajectory, select_form
 
 REPO = Path(__file__).resolve().parent.parent
@@ -81,8 +81,7 @@ def load_runs(run_dirs: list[Path]) -> list[dict[str, Any]]:
       print(f'[calibrate] {run_dir}: no summary.json (unfinished), skipped', file=sys.stderr)
       continue
     regime, group = regime_and_group(run_dir)
-    entry = {'dir': run_dir, 'regime': regime, 'group': group, 'name': group.replace('/', ':')
-             + run_dir.name[len(group.split('/')[1]):]}
+    entry = {'dir': run_dir, 'regime': regime, 'group': group, 'name': run_key(run_dir)}
     for key, metric in (('eval', 'eval_accuracy'), ('reward', reward_metric(run_dir))):
       try:
         record = load_run(run_dir, metric)

@@ -33,6 +33,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from sgpo_jax.scaling_law.calibration import (DEFAULT_PREDICTOR, CalibrationSet,
+                                              calibrated_forecast, flat_level,
+                                              prefix_features)
 from sgpo_jax.scaling_law.forecasting import Forecast, forecast, forecast_zero_shot
 from sgpo_jax.scaling_law.joint_law import JointLaw, fit_joint_law
 from sgpo_jax.scaling_law.trajectory import (DEFAULT_FORMS, TrajectoryFit, fit_trajectory,
@@ -96,6 +99,12 @@ def _first_number(sources: Sequence[dict[str, Any]], keys: Sequence[str]) -> flo
       if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
   return None
+
+
+def run_key(run_dir: str | Path) -> str:
+  """'<parent folder>/<run folder>': how calibration sets name runs (to leave one out)."""
+  path = Path(run_dir).resolve()
+  return f'{path.parent.name}/{path.name}'
 
 
 def _read_rows(metrics_path: Path) -> list[dict[str, Any]]:
@@ -236,38 +245,54 @@ def _ci_list(interval: tuple[float, float]) -> list[float]:
 
 def evaluate_run(run: RunRecord, observe_fraction: float, *, law: JointLaw | None = None,
                  forms: Sequence[str] = DEFAULT_FORMS, epsilon: float = 0.01,
-                 confidence: float = 0.9, smoothing: int = 0,
-                 bounded: bool = True) -> tuple[dict[str, Any], Forecast | None]:
-  """Forecasts a finished run from its first `observe_fraction` and scores it on its tail.
+                 confidence: float = 0.9, smoothing: int = 0, bounded: bool = True,
+                 calibration: CalibrationSet | None = None,
+                 predictor: str = DEFAULT_PREDICTOR) -> tuple[dict[str, Any], Forecast | None]:
+  """Forecasts a run from its first `observe_fraction` (of `run.total_steps`, the steps it
+  took or will take) and, when it has finished, scores the forecast on its end.
 
-  Returns the report row (every field present, None where not computable, `error` set
-  when the prefix could not be fitted) and the prefix forecast for plotting. With a `law`
-  and a known model size the row also carries the zero-shot and law-refined forecasts.
+  With a `calibration` set, `predicted_final_reward` and its interval come from
+  `calibration.calibrated_forecast` (a run never calibrates its own forecast); the curve's
+  own extrapolation stays in `curve_final_reward`. Without one, they are the curve's, with
+  its parameter-noise interval (not calibrated: it ignores form error and run-to-run
+  variation). Returns the report row (every field present, None where not computable,
+  `error` set when the prefix could not be fitted) and the curve forecast for plotting.
+  With a `law` and a known model size the row also carries zero-shot and law-refined
+  forecasts.
   """
-  actual = run.actual_final
+  ended = run.finished or run.steps[-1] >= run.total_steps * (1 - ACTUAL_FINAL_WINDOW)
+  actual = run.actual_final if ended else None
   row: dict[str, Any] = {
       'run': run.name, 'model': run.model, 'method': run.method,
       'params': run.params_nonembed, 'r0': round(run.r0, 6), 'metric': run.metric,
-      'total_steps': run.total_steps, 'observe_fraction': observe_fraction, 'form': None,
+      'metric_reason': run.metric_reason or 'chosen with --metric',
+      'total_steps': run.total_steps, 'total_steps_source': run.length_source,
+      'observe_fraction': observe_fraction,
+      'observed_until_step': None, 'form': None,
       'predicted_final_reward': None, 'predicted_final_reward_ci': None,
-      'actual_final_reward': round(actual, 6), 'abs_error': None, 'predicted_plateau': None,
+      'interval_low': None, 'interval_high': None, 'interval_confidence': confidence,
+      'interval_kind': None, 'calibration_set': None,
+      'curve_final_reward': None, 'curve_final_reward_ci': None,
+      'actual_final_reward': None if actual is None else round(actual, 6), 'abs_error': None,
+      'actual_in_ci': None, 'predicted_plateau': None,
       'predicted_plateau_ci': None, 'predicted_plateau_step': None,
       'recommended_stop_step': None, 'error': None, 'notes': list(run.notes),
   }
-  if run.steps[-1] < run.total_steps * (1 - ACTUAL_FINAL_WINDOW):
-    row['notes'].append(f'run logged up to step {run.steps[-1]:.0f} of {run.total_steps}: '
-                        'actual_final_reward is its last logged value, not the planned end')
+  if actual is None:
+    row['notes'].append(f'run still going (step {run.steps[-1]:.0f} of {run.total_steps}): '
+                        'no actual final value to score against')
   prefix = None
   try:
     prefix = forecast(run.steps, run.values, run.total_steps, observe_fraction, forms=forms,
                       epsilon=epsilon, confidence=confidence, smoothing=smoothing,
                       bounded=bounded)
     row.update({
-        'form': prefix.form,
+        'form': prefix.form, 'observed_until_step': prefix.observed_until_step,
+        'curve_final_reward': round(prefix.predicted_final_reward, 6),
+        'curve_final_reward_ci': _ci_list(prefix.final_reward_ci),
         'predicted_final_reward': round(prefix.predicted_final_reward, 6),
         'predicted_final_reward_ci': _ci_list(prefix.final_reward_ci),
-        'abs_error': round(abs(prefix.predicted_final_reward - actual), 6),
-        'actual_in_ci': bool(prefix.final_reward_ci[0] <= actual <= prefix.final_reward_ci[1]),
+        'interval_kind': 'curve parameter noise (uncalibrated)',
         'predicted_plateau': round(prefix.predicted_plateau, 6),
         'predicted_plateau_ci': _ci_list(prefix.plateau_ci),
         'predicted_plateau_step': round(prefix.predicted_plateau_step, 1),
@@ -277,19 +302,56 @@ def evaluate_run(run: RunRecord, observe_fraction: float, *, law: JointLaw | Non
     row['notes'].extend(prefix.notes)
   except ValueError as error:
     row['error'] = str(error)
+    if calibration is None:
+      seen = run.values[run.steps <= observe_fraction * run.total_steps + 1e-9]
+      if seen.size:
+        row['predicted_final_reward'] = round(flat_level(seen), 6)
+        row['interval_kind'] = 'none: too few points for a curve, flat level'
+        row['notes'].append(f'no curve fitted ({error}); predicted_final_reward is the flat '
+                            'level; pass --calibration for an interval')
+        row['error'] = None
+  if calibration is not None:
+    try:
+      features = prefix_features(dataclasses.replace(run, name=run_key(run.run_dir)),
+                                 observe_fraction, forms=forms, bounded=bounded)
+      result = calibrated_forecast(features, calibration, predictor=predictor,
+                                   confidence=confidence)
+      row.update({
+          'predicted_final_reward': round(result.predicted_final, 6),
+          'predicted_final_reward_ci': _ci_list(result.interval),
+          'interval_kind': f'split conformal over {result.n_calibration} runs',
+          'observed_until_step': features.observed_until_step,
+          'calibration_set': {'source': calibration.source, 'runs': result.n_calibration,
+                              'description': result.calibration, 'predictor': predictor,
+                              'half_width': (round(result.half_width, 6)
+                                             if math.isfinite(result.half_width) else None)},
+      })
+      row['error'] = None
+      if result.n_calibration < 9:
+        row['notes'].append(f'only {result.n_calibration} calibration runs: too few for a '
+                            f'finite {confidence:.0%} interval')
+    except ValueError as error:
+      row['error'] = str(error)
+  if row['predicted_final_reward_ci'] is not None:
+    row['interval_low'], row['interval_high'] = row['predicted_final_reward_ci']
+  if actual is not None and row['predicted_final_reward'] is not None:
+    row['abs_error'] = round(abs(row['predicted_final_reward'] - actual), 6)
+    row['actual_in_ci'] = bool(row['interval_low'] <= actual <= row['interval_high'])
   if law is not None and run.params_nonembed is not None:
     prior = law.prior(run.params_nonembed, run.r0)
     zero_shot = forecast_zero_shot(prior, run.total_steps, epsilon=epsilon,
                                    confidence=confidence, bounded=bounded)
     row['zero_shot_final_reward'] = round(zero_shot.predicted_final_reward, 6)
-    row['zero_shot_abs_error'] = round(abs(zero_shot.predicted_final_reward - actual), 6)
+    row['zero_shot_abs_error'] = (None if actual is None else
+                                  round(abs(zero_shot.predicted_final_reward - actual), 6))
     row['zero_shot_plateau_step'] = round(zero_shot.predicted_plateau_step, 1)
     try:
       refined = forecast(run.steps, run.values, run.total_steps, observe_fraction,
                          epsilon=epsilon, confidence=confidence, smoothing=smoothing,
                          bounded=bounded, prior=prior)
       row['refined_final_reward'] = round(refined.predicted_final_reward, 6)
-      row['refined_abs_error'] = round(abs(refined.predicted_final_reward - actual), 6)
+      row['refined_abs_error'] = (None if actual is None else
+                                  round(abs(refined.predicted_final_reward - actual), 6))
     except ValueError as error:
       row['refined_final_reward'] = row['refined_abs_error'] = None
       row['notes'].append(f'law-refined forecast failed: {error}')
@@ -359,6 +421,8 @@ def fit_runs_for_joint_law(runs: Sequence[RunRecord], forms: Sequence[str] = DEF
 def evaluate_runs(runs: Sequence[RunRecord], observe_fraction: float, *,
                   forms: Sequence[str] = DEFAULT_FORMS, epsilon: float = 0.01,
                   confidence: float = 0.9, smoothing: int = 0, bounded: bool = True,
+                  calibration: CalibrationSet | None = None,
+                  predictor: str = DEFAULT_PREDICTOR,
                   ) -> tuple[list[dict[str, Any]], list[Forecast | None], JointLaw | None]:
   """Report rows for every run; with >= 2 sized runs also zero-shot forecasts from the joint
   law, fitted leave-one-out when there are >= 3 sized runs (in-sample with 2)."""
@@ -384,7 +448,7 @@ def evaluate_runs(runs: Sequence[RunRecord], observe_fraction: float, *,
   for index, run in enumerate(runs):
     row, result = evaluate_run(run, observe_fraction, law=laws.get(index), forms=forms,
                                epsilon=epsilon, confidence=confidence, smoothing=smoothing,
-                               bounded=bounded)
+                               bounded=bounded, calibration=calibration, predictor=predictor)
     if index in laws:
       row['zero_shot_mode'] = 'leave_one_out' if len(sized) >= 3 else 'in_sample'
     rows.append(row)
@@ -427,3 +491,21 @@ def write_synthetic_run(run_dir: str | Path, form: str, params: dict[str, float]
              'flops': {'total': float(total_steps * flops_per_step)}}
   (run_dir / 'summary.json').write_text(json.dumps(summary, indent=2))
   return run_dir
+
+
+def calibration_from_runs(run_dirs: Sequence[str | Path], metric: str, observe_fraction: float,
+                          *, forms: Sequence[str] = DEFAULT_FORMS) -> CalibrationSet:
+  """A calibration set from finished run folders (unfinished ones are skipped)."""
+  records = []
+  for run_dir in run_dirs:
+    if not (Path(run_dir) / 'summary.json').exists():
+      continue
+    run = load_run(run_dir, metric)
+    run.name = run_key(run_dir)
+    try:
+      with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        records.append(prefix_features(run, observe_fraction, forms=forms))
+    except ValueError:
+      continue
+  return CalibrationSet(records, f'{len(records)} finished runs given with --calibration')
