@@ -46,8 +46,6 @@ from sgpo_jax.sampling import Sampler
 
 ROLLOUT_STREAM = 0x5011
 EVAL_STREAM = 0xE7A1
-# A phase-end batch of a few valid rows has a meaningless reward mean: keep it out of fits.
-MAX_PADDING_FOR_FIT = 0.75
 
 
 @dataclasses.dataclass
@@ -213,8 +211,9 @@ def run_eval(su: Setup, params, step: int) -> dict[str, float]:
 def _early_stopper(config):
   if not config.train.early_stop.enabled:
     return None
-  from sgpo_jax.scaling_law.early_stop import EarlyStopper
-  return EarlyStopper(config.train.early_stop, config.train.num_steps)
+  from sgpo_jax.scaling_law import early_stop
+  return early_stop.make_stopper(config.train.early_stop, config.train.num_steps,
+                                 config.train.flops_budget)
 
 
 def run(config, workdir: str, stop_after: str | None = None, show_progress: bool = True
@@ -261,8 +260,7 @@ def run(config, workdir: str, stop_after: str | None = None, show_progress: bool
   stopper = _early_stopper(config)
   if stopper is not None:
     for row in writer.rows:
-      if 'reward_mean' in row and row['padding_fraction'] <= MAX_PADDING_FOR_FIT:
-        stopper.observe(row['step'], row['reward_mean'], row['flops_total'])
+      stopper.observe_row(row)
   p_hat_by_query = None if allocation is None else dict(zip(allocation.query_index.tolist(),
                                                             allocation.p_hat.tolist()))
 
@@ -322,9 +320,8 @@ def run(config, workdir: str, stop_after: str | None = None, show_progress: bool
     if step % config.eval.every_steps == 0 or step == num_steps or budget_hit:
       last_eval = run_eval(su, state['params'], step)
       row.update(last_eval)
-    if (stopper is not None and stop_reason is None
-        and row['padding_fraction'] <= MAX_PADDING_FOR_FIT):
-      decision = stopper.update(step, row['reward_mean'], su.ledger.total)
+    if stopper is not None and stop_reason is None:
+      decision = stopper.update_row(row)
       if decision is not None and decision.should_stop:
         stop_reason = f'early stop at step {step}: {decision.reason}'
         row['early_stop_reason'] = decision.reason

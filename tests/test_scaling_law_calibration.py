@@ -231,3 +231,31 @@ def test_cli_calibrates_on_run_folders_and_leaves_the_target_out(tmp_path, capsy
   assert row['interval_low'] <= row['predicted_final_reward'] <= row['interval_high']
   assert scaling_law_cli.main(['fit', str(runs[0]), '--calibration', str(tmp_path)]) == 2
   assert 'not run folders' in capsys.readouterr().err
+
+
+def test_trend_stopper_in_the_trainer_projects_the_budget_and_stops_on_evals():
+  from sgpo_jax.scaling_law.early_stop import EarlyStopper, TrendStopper, make_stopper
+  config = {'enabled': True, 'rule': 'trend', 'epsilon': 0.01, 'min_fraction': 0.5,
+            'window_fraction': 0.3, 'confidence': 0.9}
+  # Planned 1000 steps; 10 FLOPs a step from 100 at step 1: a budget of 1090 ends at step 100.
+  stopper = make_stopper(config, 1000, flops_budget=1090.0)
+  assert isinstance(stopper, TrendStopper)
+  saturating = [0.1, 0.3, 0.5, 0.6, 0.65, 0.66, 0.66, 0.66, 0.66, 0.66, 0.66]
+  decisions = {}
+  for step in range(1, 101):
+    row = {'step': step, 'reward_mean': 0.5, 'flops_total': 90.0 + 10.0 * step}
+    if step % 10 == 0:
+      row['eval_accuracy'] = saturating[step // 10]
+    decision = stopper.update_row(row)
+    if decision is not None:
+      decisions[step] = decision
+    if decision is not None and decision.should_stop:
+      break
+  assert stopper.run_length() == 100
+  assert set(decisions) == {10, 20, 30, 40, 50, 60, 70}  # evals only; the same stop as by hand
+  assert decisions[70].should_stop and 'step 70/100' in decisions[70].reason
+  assert decisions[70].flops_saved_estimate == pytest.approx(300.0)
+  assert not decisions[60].should_stop
+  assert isinstance(make_stopper(dict(config, rule='forecast'), 100), EarlyStopper)
+  with pytest.raises(ValueError, match="rule='nope'"):
+    make_stopper(dict(config, rule='nope'), 100)

@@ -220,6 +220,7 @@ def test_early_stop_option_stops_the_loop_and_records_why(tmp_path, monkeypatch)
   config = tiny_run_config('grpo', num_steps=8)
   config.grpo.group_size = 4
   config.train.early_stop.enabled = True
+  config.train.early_stop.rule = 'forecast'
   summary = train.run(config, str(tmp_path), show_progress=False)
   assert summary['steps'] == 3
   assert summary['stop_reason'] == 'early stop at step 3: plateau 0.50 reached'
