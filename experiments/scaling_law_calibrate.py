@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from sgpo_jax.scaling_law.calibration import (DEFAULT_PREDICTOR, PREDICTORS, CalibrationSet,
-                                              calibrated_forecast, prefix_features)
+                                              calibrated_forecast, metric_is_bounded,
+                                              prefix_features)
 from sgpo_jax.scaling_law.conformal import interval_contains
 from sgpo_jax.scaling_law.early_stop import trend_stop_step
 from sgpo_jax.scaling_law.runs import RunRecord, load_run, run_key
@@ -181,16 +182,18 @@ def form_study(runs: list[dict[str, Any]], plots: Path) -> list[dict[str, Any]]:
       if record is None or record.steps.size < 8:
         continue
       t = record.steps / record.total_steps
+      bounded = metric_is_bounded(record.metric)
       row = {'run': run['name'], 'regime': run['regime'], 'metric': record.metric}
       for form in FORMS:
         try:
           with warnings.catch_warnings():
             warnings.simplefilter('ignore')
-            row[f'{form}_aicc'] = fit_trajectory(t, record.values, form).aic
+            row[f'{form}_aicc'] = fit_trajectory(t, record.values, form,
+                                                 bounded=bounded).aic
         except ValueError:
           row[f'{form}_aicc'] = None
       try:
-        selection = select_form(t, record.values, tuple(FORMS))
+        selection = select_form(t, record.values, tuple(FORMS), bounded=bounded)
         row['holdout_scores'] = selection.scores
         row['holdout_winner'] = (min(selection.scores, key=selection.scores.get)
                                  if selection.method == 'holdout' else None)
@@ -204,6 +207,10 @@ def form_study(runs: list[dict[str, Any]], plots: Path) -> list[dict[str, Any]]:
   return rows
 
 
+def form_plot_name(regime: str, metric: str) -> str:
+  return f'forms_{regime.replace("/", "_")}_{metric}.png'
+
+
 def plot_forms(runs: list[dict[str, Any]], plots: Path) -> None:
   import matplotlib
   matplotlib.use('Agg')
@@ -211,9 +218,11 @@ def plot_forms(runs: list[dict[str, Any]], plots: Path) -> None:
 
   plots.mkdir(parents=True, exist_ok=True)
   regimes = sorted({run['regime'] for run in runs})
-  for key in ('eval', 'reward'):
+  records = [(run['regime'], run[key]) for run in runs for key in ('eval', 'reward') if key in run]
+  for metric in sorted({record.metric for _, record in records}):
     for regime in regimes:
-      members = [run[key] for run in runs if run['regime'] == regime and key in run]
+      members = [record for where, record in records
+                 if where == regime and record.metric == metric]
       if not members:
         continue
       figure, axes = plt.subplots(figsize=(7, 4.2))
@@ -229,17 +238,17 @@ def plot_forms(runs: list[dict[str, Any]], plots: Path) -> None:
         try:
           with warnings.catch_warnings():
             warnings.simplefilter('ignore')
-            fit = fit_trajectory(t, y, form)
+            fit = fit_trajectory(t, y, form, bounded=metric_is_bounded(members[0].metric))
           axes.plot(grid * span, fit.predict(grid), color=f'C{j}',
                     label=f'{form} (pooled fit, AICc {fit.aic:.0f})')
         except ValueError:
           pass
       axes.set_xlabel('step')
       axes.set_ylabel(members[0].metric)
-      axes.set_title(f'{regime}: {len(members)} runs, {key}', fontsize=10)
-      axes.legend(fontsize=7, loc='lower right')
+      axes.set_title(f'{regime}: {len(members)} runs, {metric}', fontsize=10)
+      axes.legend(fontsize=7, loc='best')
       figure.tight_layout()
-      figure.savefig(plots / f'forms_{regime.replace("/", "_")}_{key}.png', dpi=100)
+      figure.savefig(plots / form_plot_name(regime, metric), dpi=100)
       plt.close(figure)
 
 
@@ -393,11 +402,10 @@ def main(argv: list[str] | None = None) -> int:
   for regime in sorted({row['regime'] for row in form_rows}):
     for metric in sorted({row['metric'] for row in form_rows if row['regime'] == regime}):
       members = [row for row in form_rows if row['regime'] == regime and row['metric'] == metric]
-      key = 'eval' if metric == 'eval_accuracy' else 'reward'
       form_tally.append({'regime': regime, 'metric': metric, 'n': len(members),
                          'aicc': tally(members, 'aicc_winner'),
                          'holdout': tally(members, 'holdout_winner'),
-                         'plot': f'plots/{STEM}/forms_{regime.replace("/", "_")}_{key}.png'})
+                         'plot': f'plots/{STEM}/{form_plot_name(regime, metric)}'})
   regime_counts: dict[str, int] = {}
   for run in runs:
     regime_counts[run['regime']] = regime_counts.get(run['regime'], 0) + 1

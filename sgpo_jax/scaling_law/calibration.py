@@ -72,9 +72,15 @@ def flat_level(values: Sequence[float]) -> float:
   return float(np.mean(values[-tail:]))
 
 
+def metric_is_bounded(metric: str) -> bool:
+  """Whether curve fits may confine the metric to [0, 1] (reward_over_profile can be < 0)."""
+  return METRIC_BOUNDS.get(metric) == (0.0, 1.0)
+
+
 def prefix_features(run: Any, observe_fraction: float, *, forms: Sequence[str] = DEFAULT_FORMS,
                     bounded: bool = True, group: str = '') -> PrefixFeatures:
   """Features of `run` (a `runs.RunRecord`) seen from its first `observe_fraction` of steps."""
+  bounded = bounded and metric_is_bounded(run.metric)
   if not 0 < observe_fraction <= 1:
     raise ValueError(f'observe_fraction={observe_fraction} must be in (0, 1]')
   cut = observe_fraction * run.total_steps + 1e-9

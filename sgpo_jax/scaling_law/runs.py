@@ -35,7 +35,7 @@ import numpy as np
 
 from sgpo_jax.scaling_law.calibration import (DEFAULT_PREDICTOR, CalibrationSet,
                                               calibrated_forecast, flat_level,
-                                              prefix_features)
+                                              metric_is_bounded, prefix_features)
 from sgpo_jax.scaling_law.forecasting import Forecast, forecast, forecast_zero_shot
 from sgpo_jax.scaling_law.joint_law import JointLaw, fit_joint_law
 from sgpo_jax.scaling_law.trajectory import (DEFAULT_FORMS, TrajectoryFit, fit_trajectory,
@@ -260,6 +260,7 @@ def evaluate_run(run: RunRecord, observe_fraction: float, *, law: JointLaw | Non
   With a `law` and a known model size the row also carries zero-shot and law-refined
   forecasts.
   """
+  bounded = bounded and metric_is_bounded(run.metric)
   ended = run.finished or run.steps[-1] >= run.total_steps * (1 - ACTUAL_FINAL_WINDOW)
   actual = run.actual_final if ended else None
   row: dict[str, Any] = {
