@@ -22,7 +22,6 @@ point and worst loss <= 3 points there) and scored on the held-out group.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import re
 import sys
@@ -107,9 +106,8 @@ def forecast_table(runs: list[dict[str, Any]], key: str, fraction: float,
            'metric': record.metric, 'method': record.method, 'total_steps': record.total_steps,
            'flat': record.flat, 'curve': record.curve, 'form': record.form,
            'actual': record.actual}
-    run_out = dataclasses.replace(record, group='')  # only the run itself is left out
-    for name in PREDICTORS:
-      result = calibrated_forecast(run_out, calibration, predictor=name, confidence=CONFIDENCE)
+    for name in PREDICTORS:  # only the run itself is left out
+      result = calibrated_forecast(record, calibration, predictor=name, confidence=CONFIDENCE)
       row[f'{name}_pred'] = result.predicted_final
       row[f'{name}_err'] = abs(result.predicted_final - record.actual)
       row[f'{name}_interval'] = list(result.interval)
@@ -117,7 +115,7 @@ def forecast_table(runs: list[dict[str, Any]], key: str, fraction: float,
       row[f'{name}_n_cal'] = result.n_calibration
     # Stricter: every seed of the run's config group left out of its calibration set.
     held = calibrated_forecast(record, calibration, predictor=DEFAULT_PREDICTOR,
-                               confidence=CONFIDENCE)
+                               confidence=CONFIDENCE, leave_out_group=True)
     row['group_out_err'] = abs(held.predicted_final - record.actual)
     row['group_out_covered'] = interval_contains(held.interval, record.actual)
     rows.append(row)
@@ -380,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
           with warnings.catch_warnings():
             warnings.simplefilter('ignore')
             features[(run['name'], key, fraction)] = prefix_features(
-                run[key], fraction, group=run['group'])
+                run[key], fraction, group=run['group'], regime=run['regime'])
         except ValueError as error:
           print(f"[calibrate] {run['name']} {key} @{fraction}: {error}", file=sys.stderr)
   print(f'[calibrate] features of {len(runs)} runs in {time.time() - start:.0f}s',

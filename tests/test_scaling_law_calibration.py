@@ -76,6 +76,16 @@ def test_drift_predictor_and_its_leave_one_out_residuals_by_hand():
   assert loo_residuals(records, 'drift') == pytest.approx([0.0, -0.045, 0.045])
 
 
+def test_drift_prefers_the_other_seeds_of_the_runs_config():
+  records = [_record('a', 0.5, 0.60, group='x'), _record('b', 0.5, 0.62, group='x'),
+             _record('c', 0.5, 0.50, group='y'), _record('d', 0.5, 0.50, group='y'),
+             _record('e', 0.5, 0.50, group='y')]
+  assert predict_drift(_record('t', 0.4, None, group='x'), records) == pytest.approx(0.51)
+  assert predict_drift(_record('t', 0.4, None, group='z'), records) == pytest.approx(0.4)
+  # One sibling is too few: the pool's median move (0.0) is used.
+  assert predict_drift(_record('t', 0.4, None, group='x'), records[1:]) == pytest.approx(0.4)
+
+
 def test_blend_recovers_a_known_shrinkage():
   # final - flat = 0.01 + 0.5 (curve - flat) exactly.
   records = [_record(str(i), 0.5, 0.5 + 0.01 + 0.5 * lead, curve=0.5 + lead)
@@ -98,7 +108,8 @@ def test_calibrated_forecast_never_uses_its_own_run_or_group():
   assert result.predicted_final == pytest.approx(0.51)
   assert result.interval[0] <= result.predicted_final <= result.interval[1]
   assert result.interval[1] < 0.6
-  grouped = calibrated_forecast(_record('r0', 0.5, None, group='g0'), calibration)
+  grouped = calibrated_forecast(_record('r0', 0.5, None, group='g0'), calibration,
+                                leave_out_group=True)
   assert grouped.n_calibration == 16  # r0, r5, r10, r15 of group g0 left out
   # Too few calibration runs: the interval spans the metric's range, with a finite point.
   few = calibrated_forecast(target, CalibrationSet(records[:4]), confidence=0.9)

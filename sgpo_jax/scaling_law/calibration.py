@@ -9,13 +9,17 @@ Point predictors (`PREDICTORS`), each fitted on calibration runs only:
 - flat:  the flat level.
 - curve: the fitted form's value at the end of the run (flat when no form could be fitted).
 - drift: flat + the median over calibration runs of (final - flat): how much runs like
-  this one still moved after the same fraction.
+  this one still moved after the same fraction; over the other seeds of the run's own
+  config (`group`) when at least MIN_GROUP_RECORDS of them are calibration runs.
 - blend: flat + a + b·(curve - flat), a and b by least squares over calibration runs
   (b clipped to [0, 1]): the curve's extrapolation, shrunk by how well it has done.
 
-Intervals: the predictor's absolute errors on the calibration runs, each forecast by the
-predictor fitted without that run (leave-one-out), are the conformal scores (see
-`conformal`). A run is never in its own calibration set (`CalibrationSet.without`).
+Calibration runs: those of the run's metric and observe fraction; of its regime (same task,
+model and budget) when at least MIN_POOL_RECORDS of them exist, else of its method when
+MIN_METHOD_RECORDS exist, else all. Intervals: the predictor's absolute errors on the
+calibration runs, each forecast by the predictor fitted without that run (leave-one-out),
+are the conformal scores (see `conformal`). A run is never in its own calibration set
+(`CalibrationSet.without`); with leave_out_group neither is any seed of its config.
 """
 
 from __future__ import annotations
@@ -36,8 +40,12 @@ from sgpo_jax.scaling_law.trajectory import DEFAULT_FORMS
 METRIC_BOUNDS = {'eval_accuracy': (0.0, 1.0), 'reward_mean': (0.0, 1.0),
                  'reward_over_profile': (-1.0, 1.0)}
 DEFAULT_PREDICTOR = 'drift'
-# Calibrate on runs of the run's own method when at least this many exist, else on all.
+# Calibrate on runs of the run's own regime when at least this many exist (the fewest that
+# give a finite 90% conformal interval), else of its method, else on all.
+MIN_POOL_RECORDS = 9
 MIN_METHOD_RECORDS = 10
+# The drift predictor uses the other seeds of the run's own config when this many exist.
+MIN_GROUP_RECORDS = 2
 FLAT_TAIL = 1 / 3  # the flat level is the mean of the last third of the observed points
 
 
@@ -58,6 +66,7 @@ class PrefixFeatures:
   form: str | None
   actual: float | None  # final value (mean of the last 5% of steps); None while running
   group: str = ''  # runs sharing a group (e.g. the seeds of one config) are held out together
+  regime: str = ''  # runs of one task, model and budget: the preferred calibration pool
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -78,7 +87,7 @@ def metric_is_bounded(metric: str) -> bool:
 
 
 def prefix_features(run: Any, observe_fraction: float, *, forms: Sequence[str] = DEFAULT_FORMS,
-                    bounded: bool = True, group: str = '') -> PrefixFeatures:
+                    bounded: bool = True, group: str = '', regime: str = '') -> PrefixFeatures:
   """Features of `run` (a `runs.RunRecord`) seen from its first `observe_fraction` of steps."""
   bounded = bounded and metric_is_bounded(run.metric)
   if not 0 < observe_fraction <= 1:
@@ -99,7 +108,7 @@ def prefix_features(run: Any, observe_fraction: float, *, forms: Sequence[str] =
       run=run.name, metric=run.metric, method=run.method, observe_fraction=observe_fraction,
       total_steps=int(run.total_steps), observed_until_step=float(run.steps[seen][-1]),
       n_observed=int(seen.sum()), flat=flat_level(run.values[seen]), curve=curve, form=form,
-      actual=float(run.actual_final) if run.finished else None, group=group)
+      actual=float(run.actual_final) if run.finished else None, group=group, regime=regime)
 
 
 # A predictor: (target, calibration records) -> point forecast.
@@ -121,7 +130,11 @@ def predict_curve(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> 
 
 
 def predict_drift(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> float:
-  moves = [record.actual - record.flat for record in records if record.actual is not None]
+  known = [record for record in records if record.actual is not None]
+  siblings = [record for record in known if target.group and record.group == target.group]
+  if len(siblings) >= MIN_GROUP_RECORDS:
+    known = siblings
+  moves = [record.actual - record.flat for record in known]
   return target.flat + (float(np.median(moves)) if moves else 0.0)
 
 
@@ -180,18 +193,22 @@ class CalibrationSet:
             if record.run != run and not (group and record.group == group)]
     return CalibrationSet(kept, self.source)
 
-  def select(self, metric: str, observe_fraction: float, method: str | None = None
-             ) -> tuple[list[PrefixFeatures], str]:
-    """Finished records of `metric` at the fraction nearest `observe_fraction`; of `method`
-    when there are MIN_METHOD_RECORDS of them. Returns (records, description)."""
+  def select(self, metric: str, observe_fraction: float, method: str | None = None,
+             regime: str = '') -> tuple[list[PrefixFeatures], str]:
+    """Finished records of `metric` at the fraction nearest `observe_fraction`; of `regime`
+    when there are MIN_POOL_RECORDS of them, else of `method` when there are
+    MIN_METHOD_RECORDS. Returns (records, description)."""
     usable = [r for r in self.records if r.metric == metric and r.actual is not None]
     if not usable:
       return [], f'no calibration runs for {metric}'
     nearest = min({r.observe_fraction for r in usable},
                   key=lambda fraction: abs(fraction - observe_fraction))
     usable = [r for r in usable if r.observe_fraction == nearest]
+    same_regime = [r for r in usable if regime and r.regime == regime]
     own = [r for r in usable if method is not None and r.method == method]
-    if len(own) >= MIN_METHOD_RECORDS:
+    if len(same_regime) >= MIN_POOL_RECORDS:
+      usable, which = same_regime, f'runs of regime {regime}'
+    elif len(own) >= MIN_METHOD_RECORDS:
       usable, which = own, f'{method} runs'
     else:
       which = 'runs of every method'
@@ -231,11 +248,13 @@ class CalibratedForecast:
 
 
 def calibrated_forecast(target: PrefixFeatures, calibration: CalibrationSet, *,
-                        predictor: str = DEFAULT_PREDICTOR, confidence: float = 0.9
-                        ) -> CalibratedForecast:
-  """Forecast `target`'s final value from calibration runs (never `target` itself)."""
-  records, description = calibration.without(target.run, target.group).select(
-      target.metric, target.observe_fraction, target.method)
+                        predictor: str = DEFAULT_PREDICTOR, confidence: float = 0.9,
+                        leave_out_group: bool = False) -> CalibratedForecast:
+  """Forecast `target`'s final value from calibration runs: never `target` itself, and with
+  `leave_out_group` no run of its group (the other seeds of its config) either."""
+  pool = calibration.without(target.run, target.group if leave_out_group else '')
+  records, description = pool.select(target.metric, target.observe_fraction, target.method,
+                                     target.regime)
   point = get_predictor(predictor)(target, records)
   bounds = METRIC_BOUNDS.get(target.metric, (-math.inf, math.inf))
   point = float(np.clip(point, *bounds))
