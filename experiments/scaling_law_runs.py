@@ -52,8 +52,8 @@ SIZES = {
 WARM_START = {name: {'warm_start.steps': 500, 'warm_start.learning_rate': 2e-3}
               for name in SIZES}
 # Regimes: 'standard' is the 500-step SFT above; 'weak' starts RL from a barely trained
-# policy (250 SFT steps: greedy accuracy 0.02 (xs) - 0.05 (tiny)), to see whether a slow-start phase (a
-# logistic knee) appears; 'vweak' (100 SFT steps) starts at ~1% and RL never takes off.
+# policy (250 SFT steps: greedy accuracy 0.02 (xs) to 0.05 (tiny)), to see whether a
+# slow-start phase (a logistic knee) appears; 'vweak' (100 SFT steps) starts at ~1%.
 REGIMES = {'standard': {}, 'weak': {'warm_start.steps': 250}, 'vweak': {'warm_start.steps': 100}}
 # Shared by every run. RL lr 2e-4 (the default): at 1e-3 the tiny model collapsed (reward
 # 0.3 -> 0.0 within 100 steps, greedy accuracy 59% -> 2%).
