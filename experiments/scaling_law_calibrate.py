@@ -93,6 +93,17 @@ def load_runs(run_dirs: list[Path]) -> list[dict[str, Any]]:
   return runs
 
 
+def noise_floor(run: RunRecord) -> float | None:
+  """|actual final - a straight line through the run's last 30% at its end|: roughly the
+  error an oracle that knows the smooth trend would still make, from the noise of the
+  value a forecast is scored on."""
+  tail = run.steps >= 0.7 * run.total_steps
+  if tail.sum() < 3:
+    return None
+  slope, intercept = np.polyfit(run.steps[tail], run.values[tail], 1)
+  return abs(run.actual_final - (slope * run.steps[-1] + intercept))
+
+
 def forecast_table(runs: list[dict[str, Any]], key: str, fraction: float,
                    features: dict[tuple[str, str, float], Any]) -> list[dict[str, Any]]:
   """Leave-one-run-out forecasts of every predictor for every run with metric `key`."""
@@ -102,7 +113,9 @@ def forecast_table(runs: list[dict[str, Any]], key: str, fraction: float,
   rows = []
   for run, record in ((run, features[(run['name'], key, fraction)]) for run in runs
                       if (run['name'], key, fraction) in features):
+    source = run['eval'] if key == 'eval' else run['reward']
     row = {'run': record.run, 'regime': run['regime'], 'group': run['group'],
+           'noise_floor': noise_floor(source),
            'metric': record.metric, 'method': record.method, 'total_steps': record.total_steps,
            'flat': record.flat, 'curve': record.curve, 'form': record.form,
            'actual': record.actual}
@@ -268,6 +281,8 @@ def forecast_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out[f'{name}_mae'] = float(np.mean([row[f'{name}_err'] for row in rows]))
     out[f'{name}_coverage'] = float(np.mean([row[f'{name}_covered'] for row in rows]))
   out['group_out_mae'] = float(np.mean([row['group_out_err'] for row in rows]))
+  floors = [row['noise_floor'] for row in rows if row['noise_floor'] is not None]
+  out['noise_floor'] = float(np.mean(floors)) if floors else None
   out['group_out_coverage'] = float(np.mean([row['group_out_covered'] for row in rows]))
   return out
 
@@ -281,7 +296,9 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
       'is leave-one-run-out: the predictor and its conformal interval are fitted on the other '
       'runs only; "group out" leaves out every seed of the run\'s config. Actual final = mean '
       'over the last 5% of the run. Flat = mean of the last third of the observed points '
-      '("stays where it is").', '',
+      '("stays where it is"). Noise floor = mean |actual final - a straight line through the '
+      'last 30% of the run, at its end|: what even a forecaster that knew the smooth trend '
+      'would miss by, from the noise of the final value itself.', '',
       '## Forecast of the final value from the first '
       f"{result['observe_fraction']:.0%}", '',
       f'Mean |error| per predictor, and how often the nominal {CONFIDENCE:.0%} conformal '
@@ -289,14 +306,15 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
       'flat baseline; coverage 85-95%.', '',
       '| metric | runs | n | ' + ' | '.join(f'{p} |err|' for p in PREDICTORS)
       + ' | ' + ' | '.join(f'{p} cover' for p in PREDICTORS) + ' | group-out |err| '
-      f'({DEFAULT_PREDICTOR}) | group-out cover |',
-      '|' + '---|' * (3 + 2 * len(PREDICTORS) + 2),
+      f'({DEFAULT_PREDICTOR}) | group-out cover | noise floor |',
+      '|' + '---|' * (3 + 2 * len(PREDICTORS) + 3),
   ]
   for (metric, label), summary in result['forecast_summaries'].items():
     lines.append(f'| {metric} | {label} | {summary["n"]} | '
                  + ' | '.join(_fmt(summary[f'{p}_mae']) for p in PREDICTORS) + ' | '
                  + ' | '.join(_fmt(summary[f'{p}_coverage'], 2) for p in PREDICTORS) + ' | '
-                 + f"{_fmt(summary['group_out_mae'])} | {_fmt(summary['group_out_coverage'], 2)} |")
+                 + f"{_fmt(summary['group_out_mae'])} | {_fmt(summary['group_out_coverage'], 2)} | "
+                 + f"{_fmt(summary['noise_floor'])} |")
   lines += ['', f'Per run (predictor `{DEFAULT_PREDICTOR}`, the CLI default):', '',
             '| run | regime | metric | steps | flat | curve (form) | predicted | '
             f'{CONFIDENCE:.0%} interval | actual | |err| | inside |', '|' + '---|' * 11]
@@ -391,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     for metric in sorted({row['metric'] for row in rows}):
       of_metric = [row for row in rows if row['metric'] == metric]
       summaries[(metric, 'all')] = forecast_summary(of_metric)
+      for method in sorted({str(row['method']) for row in of_metric}):
+        members = [row for row in of_metric if str(row['method']) == method]
+        summaries[(metric, f'method {method}')] = forecast_summary(members)
       for regime in sorted({row['regime'] for row in of_metric}):
         members = [row for row in of_metric if row['regime'] == regime]
         summaries[(metric, regime)] = forecast_summary(members)
