@@ -176,6 +176,9 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
     raise ValueError(f'train.mu={t.mu} must be >= 1.')
   if config.profile.num_samples < 1:
     raise ValueError(f'profile.num_samples={config.profile.num_samples} must be >= 1.')
+  if t.early_stop.enabled:  # the stopper checks its own fields (rule, fractions, epsilon)
+    from sgpo_jax.scaling_law import early_stop
+    early_stop.make_stopper(t.early_stop, t.num_steps, t.flops_budget)
   if num_devices is not None:
     from sgpo_jax import sharding  # jax-heavy: only when a device count is checked
     shape = sharding.resolve_mesh_shape(config.mesh.shape, config.mesh.axes, num_devices)

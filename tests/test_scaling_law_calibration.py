@@ -270,3 +270,14 @@ def test_trend_stopper_in_the_trainer_projects_the_budget_and_stops_on_evals():
   assert isinstance(make_stopper(dict(config, rule='forecast'), 100), EarlyStopper)
   with pytest.raises(ValueError, match="rule='nope'"):
     make_stopper(dict(config, rule='nope'), 100)
+
+
+def test_config_check_names_a_bad_early_stop_setting_before_compute():
+  from sgpo_jax import config_check
+  config = config_check.default_config()
+  config.train.early_stop.update(enabled=True, rule='nope')
+  with pytest.raises(ValueError, match="train.early_stop.rule='nope'"):
+    config_check.check_config(config)
+  config.train.early_stop.update(rule='trend', window_fraction=0.0)
+  with pytest.raises(ValueError, match='early_stop.window_fraction=0.0'):
+    config_check.check_config(config)
