@@ -353,7 +353,8 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
   lines += ['', '## Which trajectory form wins where', '',
             'Per regime and metric: how often each form has the lowest whole-run AICc, and the '
             'lowest error forecasting the last 30% of the run from its first 70%.', '',
-            '| regime | metric | runs | AICc wins | holdout wins | plot |', '|---|---|---|---|---|---|']
+            '| regime | metric | runs | AICc wins | holdout wins | plot |',
+            '|---|---|---|---|---|---|']
   for entry in result['form_tally']:
     lines.append(f"| {entry['regime']} | {entry['metric']} | {entry['n']} | {entry['aicc']} | "
                  f"{entry['holdout']} | [plot]({entry['plot']}) |")
