@@ -389,12 +389,17 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
                  f"{entry['loss_max'] * 100:.2f} | {_fmt(meets(entry))} |")
   lines += ['', '## Which trajectory form wins where', '',
             'Per regime and metric: how often each form has the lowest whole-run AICc, and the '
-            'lowest error forecasting the last 30% of the run from its first 70%.', '',
-            '| regime | metric | runs | AICc wins | holdout wins | plot |',
-            '|---|---|---|---|---|---|']
+            'lowest error forecasting the last 30% of the run from its first 70%; median over '
+            'runs of AICc(form) - AICc(exponential) (negative: the form fits better; '
+            'differences under ~2 are no evidence either way).', '',
+            '| regime | metric | runs | AICc wins | holdout wins | median ΔAICc logistic | '
+            'median ΔAICc power | plot |',
+            '|---|---|---|---|---|---|---|---|']
   for entry in result['form_tally']:
+    delta = entry['delta_aicc']
     lines.append(f"| {entry['regime']} | {entry['metric']} | {entry['n']} | {entry['aicc']} | "
-                 f"{entry['holdout']} | [plot]({entry['plot']}) |")
+                 f"{entry['holdout']} | {_fmt(delta['logistic'], 1)} | "
+                 f"{_fmt(delta['power'], 1)} | [plot]({entry['plot']}) |")
   lines += ['', 'Runs per regime: ' + ', '.join(f'{k} {v}' for k, v in
                                                 result['regime_counts'].items()) + '.']
   path = out / f'{STEM}.md'
@@ -459,7 +464,14 @@ def main(argv: list[str] | None = None) -> int:
   for regime in sorted({row['regime'] for row in form_rows}):
     for metric in sorted({row['metric'] for row in form_rows if row['regime'] == regime}):
       members = [row for row in form_rows if row['regime'] == regime and row['metric'] == metric]
+      deltas = {form: [row[f'{form}_aicc'] - row['exponential_aicc'] for row in members
+                       if row.get(f'{form}_aicc') is not None
+                       and row.get('exponential_aicc') is not None
+                       and np.isfinite(row[f'{form}_aicc'] - row['exponential_aicc'])]
+                for form in ('logistic', 'power')}
       form_tally.append({'regime': regime, 'metric': metric, 'n': len(members),
+                         'delta_aicc': {form: float(np.median(values)) if values else None
+                                        for form, values in deltas.items()},
                          'aicc': tally(members, 'aicc_winner'),
                          'holdout': tally(members, 'holdout_winner'),
                          'plot': f'plots/{STEM}/{form_plot_name(regime, metric)}'})
