@@ -116,6 +116,25 @@ def test_calibrated_forecast_never_uses_its_own_run_or_group():
   assert few.interval == (0.0, 1.0) and math.isinf(few.half_width)
 
 
+def test_scores_are_normalised_by_each_runs_level():
+  from sgpo_jax.scaling_law.calibration import normalised_scores, residual_scale
+  assert residual_scale(_record('a', 0.5, None)) == pytest.approx(0.5)
+  assert residual_scale(_record('a', 0.9, None)) == pytest.approx(0.3)
+  assert residual_scale(_record('a', 0.0, None)) == 0.1  # floor
+  assert residual_scale(_record('a', -0.2, None, metric='reward_over_profile')) == 1.0
+  # Residuals by hand (see the drift test): 0, -0.045, 0.045 at flats 0.5, 0.6, 0.7.
+  records = [_record('a', 0.5, 0.55), _record('b', 0.6, 0.62), _record('c', 0.7, 0.78)]
+  scales = [0.5, math.sqrt(0.24), math.sqrt(0.21)]
+  assert normalised_scores(records, 'drift') == pytest.approx(
+      [0.0, -0.045 / scales[1], 0.045 / scales[2]])
+  # One pool, two targets: the interval scales with the target's own level.
+  pool = CalibrationSet([_record(f'r{i}', 0.5, 0.5 + 0.02 * (i % 4)) for i in range(20)])
+  mid = calibrated_forecast(_record('t', 0.5, None), pool)
+  high = calibrated_forecast(_record('t', 0.9, None), pool)
+  width = lambda result: result.interval[1] - result.interval[0]  # noqa: E731
+  assert width(high) == pytest.approx(width(mid) * 0.3 / 0.5)
+
+
 def test_calibration_set_round_trips_json_and_picks_nearest_fraction(tmp_path):
   records = [_record('a', 0.5, 0.6), dataclass_replace(_record('b', 0.4, 0.5), 0.5)]
   path = tmp_path / 'cal.json'

@@ -14,6 +14,12 @@ Point predictors (`PREDICTORS`), each fitted on calibration runs only:
 - blend: flat + a + b·(curve - flat), a and b by least squares over calibration runs
   (b clipped to [0, 1]): the curve's extrapolation, shrunk by how well it has done.
 
+Scores are normalised (Lei et al. 2018): each residual is divided by a scale known before
+the run ends, sqrt(p(1 - p)) of the flat level p for accuracies and rewards (floored at
+MIN_SCALE), and the target's interval is its quantile times the target's own scale: runs
+near 0 or 1 move less than runs near 0.5, so pooled runs of different levels share one
+calibrated quantile without the quiet ones' small errors narrowing the busy ones' intervals.
+
 Calibration runs: those of the run's metric and observe fraction; of its regime (same task,
 model and budget) when at least MIN_POOL_RECORDS of them exist, else of its method when
 MIN_METHOD_RECORDS exist, else all. Intervals: the predictor's absolute errors on the
@@ -47,6 +53,7 @@ MIN_METHOD_RECORDS = 10
 # The drift predictor uses the other seeds of the run's own config when this many exist.
 MIN_GROUP_RECORDS = 2
 FLAT_TAIL = 1 / 3  # the flat level is the mean of the last third of the observed points
+MIN_SCALE = 0.1  # floor of the residual scale sqrt(p(1 - p)) (reached at p ~ 0.01)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +186,22 @@ def loo_residuals(records: Sequence[PrefixFeatures], predictor: str = DEFAULT_PR
                    for i, record in enumerate(known)])
 
 
+def residual_scale(record: PrefixFeatures) -> float:
+  """sqrt(p(1 - p)) of the flat level for metrics in [0, 1], floored at MIN_SCALE; 1 else."""
+  if not metric_is_bounded(record.metric):
+    return 1.0
+  p = min(max(record.flat, 0.0), 1.0)
+  return max(math.sqrt(p * (1.0 - p)), MIN_SCALE)
+
+
+def normalised_scores(records: Sequence[PrefixFeatures], predictor: str = DEFAULT_PREDICTOR
+                      ) -> np.ndarray:
+  """Leave-one-out residuals divided by each record's `residual_scale`."""
+  known = [record for record in records if record.actual is not None]
+  scales = np.array([residual_scale(record) for record in known])
+  return loo_residuals(known, predictor) / scales if known else np.zeros(0)
+
+
 @dataclasses.dataclass
 class CalibrationSet:
   """Finished runs' prefix features at one observe fraction: what predictors learn from and
@@ -258,7 +281,7 @@ def calibrated_forecast(target: PrefixFeatures, calibration: CalibrationSet, *,
   point = get_predictor(predictor)(target, records)
   bounds = METRIC_BOUNDS.get(target.metric, (-math.inf, math.inf))
   point = float(np.clip(point, *bounds))
-  scores = loo_residuals(records, predictor)
+  scores = normalised_scores(records, predictor) * residual_scale(target)
   return CalibratedForecast(
       predicted_final=point, interval=conformal_interval(point, scores, confidence, bounds),
       confidence=confidence, predictor=predictor, n_calibration=len(records),
