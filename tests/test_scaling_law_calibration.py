@@ -300,3 +300,17 @@ def test_config_check_names_a_bad_early_stop_setting_before_compute():
   config.train.early_stop.update(rule='trend', window_fraction=0.0)
   with pytest.raises(ValueError, match='train.early_stop.window_fraction=0.0'):
     config_check.check_config(config)
+
+
+def test_shipped_calibration_set_gives_finite_intervals_for_each_metric():
+  from sgpo_jax.scaling_law.__main__ import DEFAULT_CALIBRATION
+  calibration = CalibrationSet.load(DEFAULT_CALIBRATION)
+  for metric in ('eval_accuracy', 'reward_mean', 'reward_over_profile'):
+    records, _ = calibration.select(metric, 0.3)
+    assert len(records) >= 9, metric  # enough for a finite 90% conformal interval
+    import dataclasses
+    target = dataclasses.replace(records[0], regime='', method=None)  # pool: every run
+    result = calibrated_forecast(target, calibration)
+    assert result.n_calibration == len(records) - 1  # the run itself is left out
+    assert math.isfinite(result.half_width)
+    assert result.interval[0] <= result.predicted_final <= result.interval[1]
