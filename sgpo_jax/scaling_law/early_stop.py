@@ -4,8 +4,10 @@
   the first eval at or after `min_fraction` of the run where a straight line through the
   evals of the last `window_fraction` of the run, extended to the end, gains less than
   `epsilon`. A saturating curve bends below its chord, so the line over-states what is
-  left: the rule errs towards running on. Validated on many runs in
-  experiments/results/scaling_law_calibrated.md.
+  left: the rule errs towards running on. Measured on 64 runs
+  (experiments/results/scaling_law_calibrated.md): the defaults save 38% of steps for a mean
+  loss of 0.9 points of final accuracy, but 9.5 points in the worst run, so it is off by
+  default (train.early_stop.enabled).
 - `EarlyStopper` (rule 'forecast', on training reward): refit the reward trajectory every
   few steps and stop once the upper confidence bound of the remaining gain to the plateau
   is below epsilon for every curve form the data still supports (AIC within AIC_SUPPORT of
