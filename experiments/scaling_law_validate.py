@@ -29,8 +29,10 @@ from sgpo_jax.scaling_law.runs import (ACTUAL_FINAL_WINDOW, METRICS, RunRecord, 
 from sgpo_jax.scaling_law.trajectory import DEFAULT_FORMS, FORMS
 
 DEFAULT_OUT = Path(__file__).resolve().parent / 'results'
-# Matches configs/default.py train.early_stop.
-EARLY_STOP = {'enabled': True, 'epsilon': 0.01, 'min_fraction': 0.2, 'confidence': 0.9}
+# The reward-forecast stopper (train.early_stop.rule='forecast') as first shipped; the
+# eval-accuracy 'trend' rule is validated in scaling_law_calibrate.py.
+EARLY_STOP = {'enabled': True, 'rule': 'forecast', 'epsilon': 0.01, 'min_fraction': 0.2,
+              'confidence': 0.9}
 
 
 def write_synthetic_runs(folder: Path, total_steps: int = 200) -> list[Path]:

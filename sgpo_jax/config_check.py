@@ -201,6 +201,9 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
            f'train.early_stop.min_fraction={es.min_fraction} must be in [0, 1].')
   _require(0 < es.confidence < 1,
            f'train.early_stop.confidence={es.confidence} must be in (0, 1).')
+  _choice('train.early_stop.rule', es.rule, ('forecast', 'trend'))
+  _require(0 < es.window_fraction <= 1,
+           f'train.early_stop.window_fraction={es.window_fraction} must be in (0, 1].')
 
 
 def check_config(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:

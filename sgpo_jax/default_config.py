@@ -152,9 +152,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.logprob_chunk = 0  # tokens per chunk for log-probs; 0 = whole sequence
   c.train.early_stop = ml_collections.ConfigDict()
   c.train.early_stop.enabled = False
-  c.train.early_stop.epsilon = 0.01
-  c.train.early_stop.min_fraction = 0.2
-  c.train.early_stop.confidence = 0.9
+  # 'trend': on eval accuracy, stop once a line through the evals of the last
+  # window_fraction of the run gains < epsilon by its end (validated: README, Scaling law);
+  # 'forecast': on train reward, the curve-fit stopper (replayed, it stopped too early).
+  c.train.early_stop.rule = 'trend'
+  c.train.early_stop.epsilon = 0.01  # accuracy (trend) or reward (forecast) gain
+  c.train.early_stop.min_fraction = 0.5  # never stop before this fraction of the run
+  c.train.early_stop.window_fraction = 0.3  # trend: evals of this last fraction of the run
+  c.train.early_stop.confidence = 0.9  # forecast only
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every_steps = 50

@@ -54,8 +54,6 @@ from sgpo_jax.scaling_law import early_stop as early_stop_lib
 
 ROLLOUT_STREAM = 0x5011
 EVAL_STREAM = 0xE7A1
-# A phase-end batch of a few valid rows has a meaningless reward mean: keep it out of fits.
-MAX_PADDING_FOR_FIT = 0.75
 
 
 @dataclasses.dataclass
@@ -262,10 +260,11 @@ def start_loop(su: Setup, rs: RunState) -> None:
   rs.last_eval = dict(rs.meta.get('last_eval', rs.meta['eval_initial']))
   rs.stop_reason = rs.meta.get('stop_reason')
   if su.config.train.early_stop.enabled:
-    rs.stopper = early_stop_lib.EarlyStopper(su.config.train.early_stop, su.config.train.num_steps)
+    rs.stopper = early_stop_lib.make_stopper(su.config.train.early_stop,
+                                             su.config.train.num_steps,
+                                             su.config.train.flops_budget)
     for row in rs.writer.rows:  # replay the logged curve into a resumed stopper
-      if 'reward_mean' in row and row['padding_fraction'] <= MAX_PADDING_FOR_FIT:
-        rs.stopper.observe(row['step'], row['reward_mean'], row['flops_total'])
+      rs.stopper.observe_row(row)
 
 
 def _policy_logprobs(su: Setup, rs: RunState, params, batch: dict, category: str) -> np.ndarray:
@@ -334,10 +333,9 @@ def eval_and_stop(su: Setup, rs: RunState, row: dict) -> None:
   if step % config.eval.every_steps == 0 or step == config.train.num_steps or budget_hit:
     rs.last_eval = run_eval(su, rs.train_state['params'], step)
     row.update(rs.last_eval)
-  if (rs.stopper is None or rs.stop_reason is not None
-      or row['padding_fraction'] > MAX_PADDING_FOR_FIT):
+  if rs.stopper is None or rs.stop_reason is not None:
     return
-  decision = rs.stopper.update(step, row['reward_mean'], su.ledger.total)
+  decision = rs.stopper.update_row(row)
   if decision is not None and decision.should_stop:
     rs.stop_reason = f'early stop at step {step}: {decision.reason}'
     row['early_stop_reason'] = decision.reason

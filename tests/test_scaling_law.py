@@ -262,7 +262,8 @@ def test_cli_prints_every_field_and_writes_plots(tmp_path):
   out = tmp_path / 'out'
   completed = subprocess.run(
       [sys.executable, '-m', 'sgpo_jax.scaling_law', 'fit', *map(str, run_dirs),
-       '--observe-fraction', '0.4', '--out', str(out)],
+       '--observe-fraction', '0.4', '--out', str(out), '--metric', 'reward_mean',
+       '--calibration', 'none'],
       capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
   assert completed.returncode == 0, completed.stderr
   rows = [json.loads(line) for line in completed.stdout.splitlines()]

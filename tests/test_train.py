@@ -224,6 +224,7 @@ def test_early_stop_option_stops_the_loop_and_records_why(tmp_path, monkeypatch)
   config = tiny_run_config('grpo', num_steps=8)
   config.grpo.group_size = 4
   config.train.early_stop.enabled = True
+  config.train.early_stop.rule = 'forecast'
   config.train.mu = 2  # also: the old-log-prob recompute is booked as its own category
   summary = train.run(config, str(tmp_path), show_progress=False)
   assert summary['steps'] == 3
@@ -235,3 +236,16 @@ def test_early_stop_option_stops_the_loop_and_records_why(tmp_path, monkeypatch)
   assert last['early_stop_reason'] == 'plateau 0.50 reached'
   assert last['flops_saved_estimate'] == 123.0
   assert 'eval_accuracy' in last  # the stopping step is always evaluated
+
+
+@pytest.mark.slow
+def test_trend_early_stop_reads_evals_and_stops_the_loop(tmp_path):
+  config = tiny_run_config('grpo', num_steps=8)
+  config.grpo.group_size = 4
+  config.eval.every_steps = 1
+  config.train.early_stop.update(enabled=True, rule='trend', min_fraction=0.0,
+                                 window_fraction=1.0, epsilon=1.0)  # any gain < 1: stop
+  summary = train.run(config, str(tmp_path), show_progress=False)
+  # Evals at steps 0 (initial), 1, 2: the first window with 3 evals is at step 2.
+  assert summary['steps'] == 2
+  assert summary['stop_reason'].startswith('early stop at step 2: stop at step 2/8: a line')

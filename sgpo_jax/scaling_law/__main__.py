@@ -1,10 +1,21 @@
 """CLI: `python -m sgpo_jax.scaling_law fit RUN_DIR [RUN_DIR ...]`.
 
-Prints one JSON line per run to stdout (model, params, form, predicted_final_reward,
-actual_final_reward, abs_error, predicted_plateau_step, recommended_stop_step, CIs, and
-zero-shot fields when >= 2 runs report a model size); the joint law goes to stderr as one
-JSON line and to OUT/joint_law.json. One PNG per run goes to RUN_DIR/plots/ or --out.
-Exit status 1 when no run could be forecast.
+With no flags it forecasts, from the first 30% of the steps the run takes (its steps taken
+once finished; under `train.flops_budget` the step the budget will be reached), the metric
+that is meaningful for the run (`--metric auto`: held-out eval_accuracy; for curriculum
+runs without evals the reward above the profiled solve rate) and says which it chose and
+why on stderr and in `metric_reason`. The point forecast and its 90% interval are
+calibrated on finished runs (`--calibration`: by default the validation runs shipped in
+sgpo_jax/scaling_law/calibration_runs.json; or a JSON file written by
+experiments/scaling_law_calibrate.py, or finished run folders like yours; `none` for the
+curve alone with its uncalibrated parameter-noise interval).
+
+Prints one JSON line per run to stdout (model, params, metric, form,
+predicted_final_reward, interval_low/high, calibration_set, actual_final_reward, abs_error,
+curve_final_reward, predicted_plateau_step, recommended_stop_step, and zero-shot fields
+when >= 2 runs report a model size); the joint law goes to stderr as one JSON line and to
+OUT/joint_law.json. One PNG per run goes to RUN_DIR/plots/ or --out. Exit status 1 when no
+run could be forecast.
 """
 
 from __future__ import annotations
@@ -15,8 +26,13 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from sgpo_jax.scaling_law.runs import METRICS, evaluate_runs, load_run, plot_forecast
+from sgpo_jax.scaling_law.calibration import DEFAULT_PREDICTOR, PREDICTORS, CalibrationSet
+from sgpo_jax.scaling_law.runs import (AUTO_METRIC, METRICS, calibration_from_runs,
+                                       evaluate_runs, load_run, plot_forecast)
 from sgpo_jax.scaling_law.trajectory import DEFAULT_FORMS, FORMS
+
+
+DEFAULT_CALIBRATION = Path(__file__).resolve().parent / 'calibration_runs.json'
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,8 +42,18 @@ def build_parser() -> argparse.ArgumentParser:
   fit = commands.add_parser('fit', help='forecast runs from their prefix and score the forecast')
   fit.add_argument('run_dirs', nargs='+', metavar='RUN_DIR')
   fit.add_argument('--observe-fraction', type=float, default=0.3,
-                   help='fraction of planned steps the forecast may see (default 0.3)')
-  fit.add_argument('--metric', choices=METRICS, default='reward_mean')
+                   help='fraction of the steps the run takes (or will take under its FLOPs '
+                        'budget) the forecast may see (default 0.3)')
+  fit.add_argument('--metric', choices=(AUTO_METRIC,) + METRICS, default=AUTO_METRIC,
+                   help='auto (default): held-out eval_accuracy when logged, else the '
+                        'reward meaningful for the method')
+  fit.add_argument('--calibration', nargs='+', default=[str(DEFAULT_CALIBRATION)],
+                   metavar='JSON_OR_RUN_DIR',
+                   help='calibration set: a JSON file, finished run folders, or none '
+                        f'(default {DEFAULT_CALIBRATION.name})')
+  fit.add_argument('--predictor', choices=sorted(PREDICTORS), default=DEFAULT_PREDICTOR,
+                   help=f'point forecast learnt on the calibration set (default '
+                        f'{DEFAULT_PREDICTOR})')
   fit.add_argument('--out', type=Path, default=None,
                    help='folder for plots and joint_law.json (default RUN_DIR/plots/)')
   fit.add_argument('--epsilon', type=float, default=0.01,
@@ -43,12 +69,42 @@ def build_parser() -> argparse.ArgumentParser:
   return parser
 
 
+def read_calibration(sources: Sequence[str], runs, observe_fraction: float,
+                     forms: Sequence[str]) -> CalibrationSet | None:
+  """The calibration set named on the command line (see the module docstring)."""
+  if [source.lower() for source in sources] == ['none']:
+    return None
+  if len(sources) == 1 and sources[0].endswith('.json'):
+    if sources[0] == str(DEFAULT_CALIBRATION) and not DEFAULT_CALIBRATION.exists():
+      print(f'[scaling_law] no {DEFAULT_CALIBRATION.name}: curve forecast with an '
+            'uncalibrated interval', file=sys.stderr)
+      return None
+    return CalibrationSet.load(sources[0])
+  missing = [source for source in sources if not (Path(source) / 'metrics.jsonl').exists()]
+  if missing:
+    raise ValueError(f'--calibration {missing} are not run folders (no metrics.jsonl); pass '
+                     'one JSON file, finished run folders, or none')
+  records = []
+  for metric in sorted({run.metric for run in runs}):
+    records += calibration_from_runs(sources, metric, observe_fraction, forms=forms).records
+  return CalibrationSet(records, f'{len(sources)} run folders given with --calibration')
+
+
 def run_fit(args: argparse.Namespace) -> int:
   forms = tuple(name.strip() for name in args.forms.split(',') if name.strip())
+  if not 0 < args.observe_fraction <= 1:
+    raise ValueError(f'--observe-fraction={args.observe_fraction} must be in (0, 1], e.g. 0.3')
   runs = [load_run(run_dir, args.metric) for run_dir in args.run_dirs]
+  for run in runs:
+    print(f'[scaling_law] {run.name}: forecasting {run.metric}'
+          + (f' ({run.metric_reason})' if run.metric_reason else '')
+          + f' from the first {args.observe_fraction:g} of {run.total_steps} steps '
+          f'({run.length_source})', file=sys.stderr)
+  calibration = read_calibration(args.calibration, runs, args.observe_fraction, forms)
   rows, forecasts, law = evaluate_runs(
       runs, args.observe_fraction, forms=forms, epsilon=args.epsilon,
-      confidence=args.confidence, smoothing=args.smoothing, bounded=not args.unbounded)
+      confidence=args.confidence, smoothing=args.smoothing, bounded=not args.unbounded,
+      calibration=calibration, predictor=args.predictor)
   for run, row, result in zip(runs, rows, forecasts):
     if result is not None and not args.no_plots:
       folder = args.out if args.out is not None else run.run_dir / 'plots'
@@ -60,7 +116,7 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.out is not None:
       args.out.mkdir(parents=True, exist_ok=True)
       (args.out / 'joint_law.json').write_text(json.dumps(law.to_dict(), indent=2))
-  return 0 if any(result is not None for result in forecasts) else 1
+  return 0 if any(row['predicted_final_reward'] is not None for row in rows) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -62,10 +62,12 @@ class Forecast:
     return out
 
 
-def _interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
+def _interval(values: np.ndarray, confidence: float, point: float) -> tuple[float, float]:
+  """Central sample interval, widened to hold `point`: samples clipped to the parameter box
+  (a timescale at its bound) can skew the quantiles past the point estimate."""
   tail = (1 - confidence) / 2
   low, high = np.quantile(values, [tail, 1 - tail])
-  return float(low), float(high)
+  return min(float(low), point), max(float(high), point)
 
 
 def _check_options(total_steps: float, epsilon: float, confidence: float) -> None:
@@ -100,7 +102,7 @@ def forecast_from_fit(fit: TrajectoryFit, total_steps: int, *, observed_until_st
     }
 
   best, spread = quantities(point), quantities(samples)
-  plateau_step_ci = _interval(spread['plateau_step'], confidence)
+  plateau_step_ci = _interval(spread['plateau_step'], confidence, float(best['plateau_step'][0]))
   gain_upper = float(np.quantile(spread['gain'], confidence))
   recommended = int(math.ceil(min(max(plateau_step_ci[1], 0.0), total_steps)))
   notes = list(fit.notes)
@@ -110,9 +112,9 @@ def forecast_from_fit(fit: TrajectoryFit, total_steps: int, *, observed_until_st
   return Forecast(
       form=fit.form, total_steps=int(total_steps), observed_until_step=float(observed_until_step),
       n_observed=fit.n_points, predicted_final_reward=float(best['final'][0]),
-      final_reward_ci=_interval(spread['final'], confidence),
-      predicted_plateau=float(best['plateau'][0]), plateau_ci=_interval(spread['plateau'],
-                                                                         confidence),
+      final_reward_ci=_interval(spread['final'], confidence, float(best['final'][0])),
+      predicted_plateau=float(best['plateau'][0]),
+      plateau_ci=_interval(spread['plateau'], confidence, float(best['plateau'][0])),
       predicted_plateau_step=float(best['plateau_step'][0]), plateau_step_ci=plateau_step_ci,
       recommended_stop_step=recommended, remaining_gain=float(best['gain'][0]),
       remaining_gain_upper=gain_upper, confidence=confidence, epsilon=epsilon,

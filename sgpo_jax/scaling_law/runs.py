@@ -8,11 +8,18 @@ Keys read (first present wins):
 - model size N: summary `params_nonembed`, `model_params_nonembed`, `params`, or the same
   keys inside a `model` dict; None when absent (the run is left out of the joint law).
 - method: summary `method`, else config.json `method`, else None.
-- planned steps: summary `num_steps`, config.json `train.num_steps`, summary `steps`,
-  else the last logged step.
+- run length (see `run_length`): the steps the run actually took (summary `steps`) once it
+  has finished; while it runs, config `train.num_steps`, cut to the step where
+  `train.flops_budget` will be reached at the FLOPs per step logged so far; summary
+  `num_steps` wins over both; else the last logged step.
 - the metric from each metrics.jsonl line that has a finite value for it, with `step` and
   `flops_total`; for `eval_accuracy`, summary `eval_accuracy_initial` is added at step 0
-  when no step-0 eval was logged.
+  when no step-0 eval was logged. `reward_over_profile` is reward_mean - p_hat_mean: the
+  batch's reward above the profiled solve rate of its own queries, which takes out the
+  difficulty of each curriculum phase (sGPO's G2 batches sit near 0.7, its G8 ones near 0.3).
+- metric 'auto' (`choose_metric`): held-out eval_accuracy when the run logs at least
+  MIN_EVAL_POINTS evals, else reward_over_profile for curriculum runs (those that log
+  p_hat_mean), else reward_mean.
 """
 
 from __future__ import annotations
@@ -26,12 +33,18 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from sgpo_jax.scaling_law.calibration import (DEFAULT_PREDICTOR, CalibrationSet,
+                                              calibrated_forecast, flat_level,
+                                              metric_is_bounded, prefix_features)
 from sgpo_jax.scaling_law.forecasting import Forecast, forecast, forecast_zero_shot
 from sgpo_jax.scaling_law.joint_law import JointLaw, fit_joint_law
 from sgpo_jax.scaling_law.trajectory import (DEFAULT_FORMS, TrajectoryFit, fit_trajectory,
                                              get_form, select_form)
 
-METRICS = ('reward_mean', 'eval_accuracy')
+METRICS = ('reward_mean', 'eval_accuracy', 'reward_over_profile')
+AUTO_METRIC = 'auto'
+# An eval curve with fewer points than this (step 0 included) is too sparse to forecast.
+MIN_EVAL_POINTS = 5
 # The noise-free forecast is compared with the mean of the last 5% of planned steps
 # rather than one noisy last point.
 ACTUAL_FINAL_WINDOW = 0.05
@@ -57,6 +70,9 @@ class RunRecord:
   flops_total: np.ndarray
   method: str | None = None
   notes: list[str] = dataclasses.field(default_factory=list)
+  length_source: str = 'planned'  # how total_steps was found (see run_length)
+  metric_reason: str = ''  # why this metric (set when it was chosen automatically)
+  finished: bool = False  # summary.json exists
 
   @property
   def r0(self) -> float:
@@ -85,10 +101,83 @@ def _first_number(sources: Sequence[dict[str, Any]], keys: Sequence[str]) -> flo
   return None
 
 
+def run_key(run_dir: str | Path) -> str:
+  """'<parent folder>/<run folder>': how calibration sets name runs (to leave one out)."""
+  path = Path(run_dir).resolve()
+  return f'{path.parent.name}/{path.name}'
+
+
+def _read_rows(metrics_path: Path) -> list[dict[str, Any]]:
+  rows = []
+  with metrics_path.open() as handle:
+    for number, line in enumerate(handle, 1):
+      if not line.strip():
+        continue
+      try:
+        rows.append(json.loads(line))
+      except json.JSONDecodeError as error:
+        raise ValueError(f'{metrics_path}:{number} is not JSON ({error}); fix or drop the '
+                         'line') from error
+  return rows
+
+
+def _finite(value: Any) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def choose_metric(rows: Sequence[dict[str, Any]]) -> tuple[str, str]:
+  """(metric, why) for metric='auto': what is meaningful to forecast for this run."""
+  n_eval = sum(_finite(row.get('eval_accuracy')) for row in rows)
+  if n_eval >= MIN_EVAL_POINTS:
+    return 'eval_accuracy', (f'held-out eval_accuracy: the run logs {n_eval} evals, and it is '
+                             'comparable across methods and curriculum phases')
+  if any(_finite(row.get('p_hat_mean')) for row in rows):
+    return 'reward_over_profile', (
+        f'only {n_eval} evals logged; a curriculum run mixes phases of different difficulty, '
+        'so reward_mean - p_hat_mean (reward above the profiled solve rate) is forecast')
+  return 'reward_mean', f'only {n_eval} evals logged; reward_mean of the training batches'
+
+
+def run_length(summary: dict[str, Any], config: dict[str, Any],
+               rows: Sequence[dict[str, Any]]) -> tuple[int, str]:
+  """(steps the run takes, where that number came from); see the module docstring.
+
+  A run stopped by `train.flops_budget` (or early) takes fewer steps than the planned
+  `train.num_steps`: a forecast "from 30% of the run" must mean 30% of those steps.
+  """
+  logged = [float(row['step']) for row in rows if _finite(row.get('step'))]
+  last_step = max(logged) if logged else 0.0
+  if _finite(summary.get('num_steps')):
+    return int(summary['num_steps']), 'summary num_steps'
+  if summary and _finite(summary.get('steps')):
+    return int(summary['steps']), 'steps taken (finished run)'
+  train = config.get('train') if isinstance(config.get('train'), dict) else {}
+  planned = train.get('num_steps')
+  if not _finite(planned):
+    return int(last_step), 'last logged step (no summary or config)'
+  budget = train.get('flops_budget')
+  points = sorted((float(row['step']), float(row['flops_total'])) for row in rows
+                  if _finite(row.get('step')) and _finite(row.get('flops_total'))
+                  and row['step'] > 0 and 'reward_mean' in row)
+  if _finite(budget) and budget > 0 and len(points) >= 2:
+    (first_step, first_flops), (step, flops) = points[0], points[-1]
+    if step > first_step:
+      per_step = (flops - first_flops) / (step - first_step)
+      if flops >= budget:
+        return int(step), 'flops budget reached at the last logged step'
+      if per_step > 0:
+        until_budget = step + math.ceil((budget - flops) / per_step)
+        if until_budget < planned:
+          return int(until_budget), (f'flops_budget {budget:.3g} at {per_step:.3g} FLOPs/step '
+                                     '(run still going)')
+  return int(planned), 'planned train.num_steps (run still going)'
+
+
 def load_run(run_dir: str | Path, metric: str = 'reward_mean') -> RunRecord:
   """Reads one run directory (see the module docstring for the keys used)."""
-  if metric not in METRICS:
-    raise ValueError(f'metric={metric!r} is not supported; use one of {METRICS}')
+  if metric not in METRICS + (AUTO_METRIC,):
+    raise ValueError(f'metric={metric!r} is not supported; use one of '
+                     f'{METRICS + (AUTO_METRIC,)}')
   run_dir = Path(run_dir)
   metrics_path = run_dir / 'metrics.jsonl'
   if not metrics_path.exists():
@@ -106,30 +195,29 @@ def load_run(run_dir: str | Path, metric: str = 'reward_mean') -> RunRecord:
   size_keys = ('params_nonembed', 'model_params_nonembed', 'params')
   params_nonembed = _first_number([summary, model_block], size_keys)
 
+  rows = _read_rows(metrics_path)
+  reason = ''
+  if metric == AUTO_METRIC:
+    metric, reason = choose_metric(rows)
   steps, values, flops = [], [], []
   padded = 0
-  with metrics_path.open() as handle:
-    for number, line in enumerate(handle, 1):
-      if not line.strip():
-        continue
-      try:
-        row = json.loads(line)
-      except json.JSONDecodeError as error:
-        raise ValueError(f'{metrics_path}:{number} is not JSON ({error}); fix or drop the '
-                         'line') from error
+  for row in rows:
+    if metric == 'reward_over_profile':
+      value = (row['reward_mean'] - row['p_hat_mean']
+               if _finite(row.get('reward_mean')) and _finite(row.get('p_hat_mean')) else None)
+    else:
       value = row.get(metric)
-      if 'step' not in row or not isinstance(value, (int, float)) or not math.isfinite(value):
-        continue
-      padding = row.get('padding_fraction')
-      if (metric == 'reward_mean' and isinstance(padding, (int, float))
-          and padding > MAX_PADDING_FRACTION):
-        padded += 1
-        continue
-      steps.append(float(row['step']))
-      values.append(float(value))
-      flops.append(float(row.get('flops_total', float('nan'))))
+    if 'step' not in row or not _finite(value):
+      continue
+    padding = row.get('padding_fraction')
+    if (metric != 'eval_accuracy' and _finite(padding) and padding > MAX_PADDING_FRACTION):
+      padded += 1
+      continue
+    steps.append(float(row['step']))
+    values.append(float(value))
+    flops.append(float(row.get('flops_total', float('nan'))))
   initial = summary.get('eval_accuracy_initial')
-  if metric == 'eval_accuracy' and isinstance(initial, (int, float)) and 0.0 not in steps:
+  if metric == 'eval_accuracy' and _finite(initial) and 0.0 not in steps:
     steps.insert(0, 0.0)
     values.insert(0, float(initial))
     flops.insert(0, float('nan'))
@@ -137,11 +225,8 @@ def load_run(run_dir: str | Path, metric: str = 'reward_mean') -> RunRecord:
     raise ValueError(f'{metrics_path} has no lines with a finite {metric!r}; pick another '
                      '--metric')
   order = np.argsort(steps, kind='stable')
-  config_steps = (config.get('train') or {}).get('num_steps') if isinstance(
-      config.get('train'), dict) else None
-  total_steps = _first_number([summary], ['num_steps']) or (
-      float(config_steps) if isinstance(config_steps, (int, float)) else None) or _first_number(
-          [summary], ['steps']) or max(steps)
+  total_steps, length_source = run_length(summary, config, rows)
+  total_steps = max(total_steps, 1)
   method = next((source['method'] for source in (summary, config)
                  if isinstance(source.get('method'), str)), None)
   return RunRecord(run_dir=run_dir, name=run_dir.name, model=str(model),
@@ -149,7 +234,9 @@ def load_run(run_dir: str | Path, metric: str = 'reward_mean') -> RunRecord:
                    steps=np.array(steps)[order], values=np.array(values)[order],
                    flops_total=np.array(flops)[order], method=method,
                    notes=[f'skipped {padded} steps with padding_fraction > '
-                          f'{MAX_PADDING_FRACTION}'] if padded else [])
+                          f'{MAX_PADDING_FRACTION}'] if padded else [],
+                   length_source=length_source, metric_reason=reason,
+                   finished=bool(summary))
 
 
 def _ci_list(interval: tuple[float, float]) -> list[float]:
@@ -158,38 +245,55 @@ def _ci_list(interval: tuple[float, float]) -> list[float]:
 
 def evaluate_run(run: RunRecord, observe_fraction: float, *, law: JointLaw | None = None,
                  forms: Sequence[str] = DEFAULT_FORMS, epsilon: float = 0.01,
-                 confidence: float = 0.9, smoothing: int = 0,
-                 bounded: bool = True) -> tuple[dict[str, Any], Forecast | None]:
-  """Forecasts a finished run from its first `observe_fraction` and scores it on its tail.
+                 confidence: float = 0.9, smoothing: int = 0, bounded: bool = True,
+                 calibration: CalibrationSet | None = None,
+                 predictor: str = DEFAULT_PREDICTOR) -> tuple[dict[str, Any], Forecast | None]:
+  """Forecasts a run from its first `observe_fraction` (of `run.total_steps`, the steps it
+  took or will take) and, when it has finished, scores the forecast on its end.
 
-  Returns the report row (every field present, None where not computable, `error` set
-  when the prefix could not be fitted) and the prefix forecast for plotting. With a `law`
-  and a known model size the row also carries the zero-shot and law-refined forecasts.
+  With a `calibration` set, `predicted_final_reward` and its interval come from
+  `calibration.calibrated_forecast` (a run never calibrates its own forecast); the curve's
+  own extrapolation stays in `curve_final_reward`. Without one, they are the curve's, with
+  its parameter-noise interval (not calibrated: it ignores form error and run-to-run
+  variation). Returns the report row (every field present, None where not computable,
+  `error` set when the prefix could not be fitted) and the curve forecast for plotting.
+  With a `law` and a known model size the row also carries zero-shot and law-refined
+  forecasts.
   """
-  actual = run.actual_final
+  bounded = bounded and metric_is_bounded(run.metric)
+  ended = run.finished or run.steps[-1] >= run.total_steps * (1 - ACTUAL_FINAL_WINDOW)
+  actual = run.actual_final if ended else None
   row: dict[str, Any] = {
       'run': run.name, 'model': run.model, 'method': run.method,
       'params': run.params_nonembed, 'r0': round(run.r0, 6), 'metric': run.metric,
-      'total_steps': run.total_steps, 'observe_fraction': observe_fraction, 'form': None,
+      'metric_reason': run.metric_reason or 'chosen with --metric',
+      'total_steps': run.total_steps, 'total_steps_source': run.length_source,
+      'observe_fraction': observe_fraction,
+      'observed_until_step': None, 'form': None,
       'predicted_final_reward': None, 'predicted_final_reward_ci': None,
-      'actual_final_reward': round(actual, 6), 'abs_error': None, 'predicted_plateau': None,
+      'interval_low': None, 'interval_high': None, 'interval_confidence': confidence,
+      'interval_kind': None, 'calibration_set': None,
+      'curve_final_reward': None, 'curve_final_reward_ci': None,
+      'actual_final_reward': None if actual is None else round(actual, 6), 'abs_error': None,
+      'actual_in_ci': None, 'predicted_plateau': None,
       'predicted_plateau_ci': None, 'predicted_plateau_step': None,
       'recommended_stop_step': None, 'error': None, 'notes': list(run.notes),
   }
-  if run.steps[-1] < run.total_steps * (1 - ACTUAL_FINAL_WINDOW):
-    row['notes'].append(f'run logged up to step {run.steps[-1]:.0f} of {run.total_steps}: '
-                        'actual_final_reward is its last logged value, not the planned end')
+  if actual is None:
+    row['notes'].append(f'run still going (step {run.steps[-1]:.0f} of {run.total_steps}): '
+                        'no actual final value to score against')
   prefix = None
   try:
     prefix = forecast(run.steps, run.values, run.total_steps, observe_fraction, forms=forms,
                       epsilon=epsilon, confidence=confidence, smoothing=smoothing,
                       bounded=bounded)
     row.update({
-        'form': prefix.form,
+        'form': prefix.form, 'observed_until_step': prefix.observed_until_step,
+        'curve_final_reward': round(prefix.predicted_final_reward, 6),
+        'curve_final_reward_ci': _ci_list(prefix.final_reward_ci),
         'predicted_final_reward': round(prefix.predicted_final_reward, 6),
         'predicted_final_reward_ci': _ci_list(prefix.final_reward_ci),
-        'abs_error': round(abs(prefix.predicted_final_reward - actual), 6),
-        'actual_in_ci': bool(prefix.final_reward_ci[0] <= actual <= prefix.final_reward_ci[1]),
+        'interval_kind': 'curve parameter noise (uncalibrated)',
         'predicted_plateau': round(prefix.predicted_plateau, 6),
         'predicted_plateau_ci': _ci_list(prefix.plateau_ci),
         'predicted_plateau_step': round(prefix.predicted_plateau_step, 1),
@@ -199,19 +303,56 @@ def evaluate_run(run: RunRecord, observe_fraction: float, *, law: JointLaw | Non
     row['notes'].extend(prefix.notes)
   except ValueError as error:
     row['error'] = str(error)
+    if calibration is None:
+      seen = run.values[run.steps <= observe_fraction * run.total_steps + 1e-9]
+      if seen.size:
+        row['predicted_final_reward'] = round(flat_level(seen), 6)
+        row['interval_kind'] = 'none: too few points for a curve, flat level'
+        row['notes'].append(f'no curve fitted ({error}); predicted_final_reward is the flat '
+                            'level; pass --calibration for an interval')
+        row['error'] = None
+  if calibration is not None:
+    try:
+      features = prefix_features(dataclasses.replace(run, name=run_key(run.run_dir)),
+                                 observe_fraction, forms=forms, bounded=bounded)
+      result = calibrated_forecast(features, calibration, predictor=predictor,
+                                   confidence=confidence)
+      row.update({
+          'predicted_final_reward': round(result.predicted_final, 6),
+          'predicted_final_reward_ci': _ci_list(result.interval),
+          'interval_kind': f'split conformal over {result.n_calibration} runs',
+          'observed_until_step': features.observed_until_step,
+          'calibration_set': {'source': calibration.source, 'runs': result.n_calibration,
+                              'description': result.calibration, 'predictor': predictor,
+                              'half_width': (round(result.half_width, 6)
+                                             if math.isfinite(result.half_width) else None)},
+      })
+      row['error'] = None
+      if result.n_calibration < 9:
+        row['notes'].append(f'only {result.n_calibration} calibration runs: too few for a '
+                            f'finite {confidence:.0%} interval')
+    except ValueError as error:
+      row['error'] = str(error)
+  if row['predicted_final_reward_ci'] is not None:
+    row['interval_low'], row['interval_high'] = row['predicted_final_reward_ci']
+  if actual is not None and row['predicted_final_reward'] is not None:
+    row['abs_error'] = round(abs(row['predicted_final_reward'] - actual), 6)
+    row['actual_in_ci'] = bool(row['interval_low'] <= actual <= row['interval_high'])
   if law is not None and run.params_nonembed is not None:
     prior = law.prior(run.params_nonembed, run.r0)
     zero_shot = forecast_zero_shot(prior, run.total_steps, epsilon=epsilon,
                                    confidence=confidence, bounded=bounded)
     row['zero_shot_final_reward'] = round(zero_shot.predicted_final_reward, 6)
-    row['zero_shot_abs_error'] = round(abs(zero_shot.predicted_final_reward - actual), 6)
+    row['zero_shot_abs_error'] = (None if actual is None else
+                                  round(abs(zero_shot.predicted_final_reward - actual), 6))
     row['zero_shot_plateau_step'] = round(zero_shot.predicted_plateau_step, 1)
     try:
       refined = forecast(run.steps, run.values, run.total_steps, observe_fraction,
                          epsilon=epsilon, confidence=confidence, smoothing=smoothing,
                          bounded=bounded, prior=prior)
       row['refined_final_reward'] = round(refined.predicted_final_reward, 6)
-      row['refined_abs_error'] = round(abs(refined.predicted_final_reward - actual), 6)
+      row['refined_abs_error'] = (None if actual is None else
+                                  round(abs(refined.predicted_final_reward - actual), 6))
     except ValueError as error:
       row['refined_final_reward'] = row['refined_abs_error'] = None
       row['notes'].append(f'law-refined forecast failed: {error}')
@@ -281,6 +422,8 @@ def fit_runs_for_joint_law(runs: Sequence[RunRecord], forms: Sequence[str] = DEF
 def evaluate_runs(runs: Sequence[RunRecord], observe_fraction: float, *,
                   forms: Sequence[str] = DEFAULT_FORMS, epsilon: float = 0.01,
                   confidence: float = 0.9, smoothing: int = 0, bounded: bool = True,
+                  calibration: CalibrationSet | None = None,
+                  predictor: str = DEFAULT_PREDICTOR,
                   ) -> tuple[list[dict[str, Any]], list[Forecast | None], JointLaw | None]:
   """Report rows for every run; with >= 2 sized runs also zero-shot forecasts from the joint
   law, fitted leave-one-out when there are >= 3 sized runs (in-sample with 2)."""
@@ -306,7 +449,7 @@ def evaluate_runs(runs: Sequence[RunRecord], observe_fraction: float, *,
   for index, run in enumerate(runs):
     row, result = evaluate_run(run, observe_fraction, law=laws.get(index), forms=forms,
                                epsilon=epsilon, confidence=confidence, smoothing=smoothing,
-                               bounded=bounded)
+                               bounded=bounded, calibration=calibration, predictor=predictor)
     if index in laws:
       row['zero_shot_mode'] = 'leave_one_out' if len(sized) >= 3 else 'in_sample'
     rows.append(row)
@@ -349,3 +492,21 @@ def write_synthetic_run(run_dir: str | Path, form: str, params: dict[str, float]
              'flops': {'total': float(total_steps * flops_per_step)}}
   (run_dir / 'summary.json').write_text(json.dumps(summary, indent=2))
   return run_dir
+
+
+def calibration_from_runs(run_dirs: Sequence[str | Path], metric: str, observe_fraction: float,
+                          *, forms: Sequence[str] = DEFAULT_FORMS) -> CalibrationSet:
+  """A calibration set from finished run folders (unfinished ones are skipped)."""
+  records = []
+  for run_dir in run_dirs:
+    if not (Path(run_dir) / 'summary.json').exists():
+      continue
+    run = load_run(run_dir, metric)
+    run.name = run_key(run_dir)
+    try:
+      with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        records.append(prefix_features(run, observe_fraction, forms=forms))
+    except ValueError:
+      continue
+  return CalibrationSet(records, f'{len(records)} finished runs given with --calibration')

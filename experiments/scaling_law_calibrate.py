@@ -1,0 +1,504 @@
+"""Calibrated scaling-law forecasts, early stopping and trajectory forms, validated on many
+finished runs (leave-one-run-out: no forecast is scored on a run it was fitted on).
+
+    python experiments/scaling_law_calibrate.py RUN_DIR [RUN_DIR ...] \
+        [--observe-fraction 0.3] [--out experiments/results] [--write-calibration]
+
+RUN_DIRs without summary.json (unfinished) are skipped. A run's regime is its parent folder
+plus its name up to the model size (e.g. `sl_runs/weak`); its config group is its name
+without `_seed<k>`. Writes OUT/scaling_law_calibrated.{md,json} and plots under
+OUT/plots/scaling_law_calibrated/; with --write-calibration also the calibration set the CLI
+uses by default (sgpo_jax/scaling_law/calibration_runs.json).
+
+Per metric (held-out eval_accuracy; training reward: reward_mean for GRPO/DAPO,
+reward_over_profile for curriculum sGPO), every run is forecast from its first 30% by each
+predictor of `sgpo_jax.scaling_law.calibration`, fitted on the other runs, with a 90%
+split-conformal interval from the other runs' leave-one-out errors. The 'trend' early-stop
+rule is scored on every run for a grid of settings, and out of sample: for each config
+group, the setting is chosen on the other groups (most steps saved with mean loss <= 1
+point and worst loss <= 3 points there) and scored on the held-out group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sgpo_jax.scaling_law.calibration import (DEFAULT_PREDICTOR, PREDICTORS, CalibrationSet,
+                                              calibrated_forecast, metric_is_bounded,
+                                              prefix_features)
+from sgpo_jax.scaling_law.conformal import interval_contains
+from sgpo_jax.scaling_law.early_stop import trend_stop_step
+from sgpo_jax.scaling_law.runs import RunRecord, load_run, run_key
+from sgpo_jax.scaling_law.trajectory import FORMS, fit_trajectory, select_form
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO / 'experiments' / 'results'
+CALIBRATION_PATH = REPO / 'sgpo_jax' / 'scaling_law' / 'calibration_runs.json'
+STEM = 'scaling_law_calibrated'
+CONFIDENCE = 0.9
+# Fractions stored in the CLI's calibration set (a CLI forecast uses the nearest one).
+CALIBRATION_FRACTIONS = (0.2, 0.3, 0.5)
+# Early-stop targets of issue 18: saved >= 30% of steps, mean loss <= 1 point, worst <= 3.
+TARGET_SAVED, TARGET_MEAN_LOSS, TARGET_MAX_LOSS = 0.30, 0.01, 0.03
+TREND_GRID = [dict(min_fraction=m, window_fraction=w, epsilon=e)
+              for m in (0.3, 0.4, 0.5, 0.6, 0.7) for w in (0.2, 0.3, 0.5)
+              for e in (0.005, 0.01, 0.02)]
+# What the trainer uses by default (configs: train.early_stop); scored in sample too.
+DEFAULT_TREND = dict(min_fraction=0.5, window_fraction=0.3, epsilon=0.01)
+
+
+def regime_and_group(run_dir: Path) -> tuple[str, str]:
+  name = run_dir.name
+  config = re.sub(r'_seed\d+$', '', name)
+  match = re.match(r'(vweak|weak)_', name)
+  regime = f'{run_dir.parent.name}/{match.group(1) if match else "standard"}'
+  if run_dir.parent.name != 'sl_runs':
+    regime = run_dir.parent.name
+  return regime, f'{run_dir.parent.name}/{config}'
+
+
+def reward_metric(run_dir: Path) -> str:
+  with (run_dir / 'metrics.jsonl').open() as handle:
+    for line in handle:
+      if '"p_hat_mean"' in line:
+        return 'reward_over_profile'
+  return 'reward_mean'
+
+
+def load_runs(run_dirs: list[Path]) -> list[dict[str, Any]]:
+  runs = []
+  for run_dir in run_dirs:
+    if not (run_dir / 'summary.json').exists() or not (run_dir / 'metrics.jsonl').exists():
+      print(f'[calibrate] {run_dir}: no summary.json (unfinished), skipped', file=sys.stderr)
+      continue
+    regime, group = regime_and_group(run_dir)
+    entry = {'dir': run_dir, 'regime': regime, 'group': group, 'name': run_key(run_dir)}
+    for key, metric in (('eval', 'eval_accuracy'), ('reward', reward_metric(run_dir))):
+      try:
+        record = load_run(run_dir, metric)
+        record.name = entry['name']
+        entry[key] = record
+      except ValueError as error:
+        print(f'[calibrate] {run_dir}: {error}', file=sys.stderr)
+    runs.append(entry)
+  return runs
+
+
+def reading_noise(run: RunRecord) -> float | None:
+  """Per-reading noise sd of a run's metric, from second differences: with a locally
+  straight trend, y_i - (y_(i-1) + y_(i+1))/2 has variance 1.5 sigma^2 (robust MAD)."""
+  if run.values.size < 5:
+    return None
+  second = run.values[1:-1] - (run.values[:-2] + run.values[2:]) / 2
+  mad = float(np.median(np.abs(second - np.median(second))))
+  return 1.4826 * mad / np.sqrt(1.5)
+
+
+def noise_floor(run: RunRecord) -> float | None:
+  """E|N(0, sigma^2)| = sigma·sqrt(2/pi): what even a forecaster that knew the smooth trend
+  would miss the final reading by, from the reading's own noise."""
+  sigma = reading_noise(run)
+  return None if sigma is None else sigma * np.sqrt(2 / np.pi)
+
+
+def forecast_table(runs: list[dict[str, Any]], key: str, fraction: float,
+                   features: dict[tuple[str, str, float], Any]) -> list[dict[str, Any]]:
+  """Leave-one-run-out forecasts of every predictor for every run with metric `key`."""
+  records = [features[(run['name'], key, fraction)] for run in runs
+             if (run['name'], key, fraction) in features]
+  calibration = CalibrationSet(records, 'validation runs')
+  rows = []
+  for run, record in ((run, features[(run['name'], key, fraction)]) for run in runs
+                      if (run['name'], key, fraction) in features):
+    source = run['eval'] if key == 'eval' else run['reward']
+    row = {'run': record.run, 'regime': run['regime'], 'group': run['group'],
+           'noise_floor': noise_floor(source),
+           'metric': record.metric, 'method': record.method, 'total_steps': record.total_steps,
+           'flat': record.flat, 'curve': record.curve, 'form': record.form,
+           'actual': record.actual}
+    for name in PREDICTORS:  # only the run itself is left out
+      result = calibrated_forecast(record, calibration, predictor=name, confidence=CONFIDENCE)
+      row[f'{name}_pred'] = result.predicted_final
+      row[f'{name}_err'] = abs(result.predicted_final - record.actual)
+      row[f'{name}_interval'] = list(result.interval)
+      row[f'{name}_covered'] = interval_contains(result.interval, record.actual)
+      row[f'{name}_n_cal'] = result.n_calibration
+    # Stricter: every seed of the run's config group left out of its calibration set.
+    held = calibrated_forecast(record, calibration, predictor=DEFAULT_PREDICTOR,
+                               confidence=CONFIDENCE, leave_out_group=True)
+    row['group_out_err'] = abs(held.predicted_final - record.actual)
+    row['group_out_covered'] = interval_contains(held.interval, record.actual)
+    rows.append(row)
+  return rows
+
+
+def stop_outcome(run: RunRecord, setting: dict[str, float]) -> dict[str, Any]:
+  stop = trend_stop_step(run.steps, run.values, run.total_steps, **setting)
+  if stop is None:
+    return {'stop_step': None, 'saved': 0.0, 'loss': 0.0}
+  at_stop = float(run.values[run.steps == stop][-1])
+  return {'stop_step': stop, 'saved': 1 - stop / run.total_steps,
+          'loss': run.actual_final - at_stop}
+
+
+def summarise_stops(outcomes: list[dict[str, Any]]) -> dict[str, float]:
+  losses = [o['loss'] for o in outcomes]
+  return {'n': len(outcomes), 'saved_mean': float(np.mean([o['saved'] for o in outcomes])),
+          'loss_mean': float(np.mean(losses)), 'loss_max': float(np.max(losses)),
+          'stopped': sum(o['stop_step'] is not None for o in outcomes)}
+
+
+def meets(summary: dict[str, float]) -> bool:
+  return (summary['loss_mean'] <= TARGET_MEAN_LOSS and summary['loss_max'] <= TARGET_MAX_LOSS)
+
+
+def choose_out_of_sample(evals: list[dict[str, Any]], grid: list[dict[str, Any]],
+                         accept) -> list[dict[str, Any]]:
+  """For each config group: the grid setting that saves most on the other groups among those
+  `accept` admits there (none: never stop), scored on the held-out group."""
+  held_out = []
+  for group in sorted({run['group'] for run in evals}):
+    inside = [i for i, run in enumerate(evals) if run['group'] != group]
+    best = None
+    for entry in grid:
+      summary = summarise_stops([entry['outcomes'][i] for i in inside])
+      if accept(summary) and (best is None or summary['saved_mean'] > best[1]):
+        best = (entry['setting'], summary['saved_mean'])
+    for run in evals:
+      if run['group'] == group:
+        outcome = (stop_outcome(run['eval'], best[0]) if best is not None
+                   else {'stop_step': None, 'saved': 0.0, 'loss': 0.0})
+        held_out.append({'run': run['name'], 'regime': run['regime'], 'group': group,
+                         'setting': best[0] if best else None, **outcome})
+  return held_out
+
+
+def early_stop_study(runs: list[dict[str, Any]]) -> dict[str, Any]:
+  evals = [run for run in runs if 'eval' in run and run['eval'].steps.size >= 4]
+  grid = []
+  for setting in TREND_GRID:
+    outcomes = [stop_outcome(run['eval'], setting) for run in evals]
+    grid.append({'setting': setting, **summarise_stops(outcomes), 'outcomes': outcomes})
+  held_out = choose_out_of_sample(evals, grid, meets)
+  held_out_mean = choose_out_of_sample(
+      evals, grid, lambda summary: summary['loss_mean'] <= TARGET_MEAN_LOSS)
+  default_outcomes = [dict(stop_outcome(run['eval'], DEFAULT_TREND), run=run['name'],
+                           regime=run['regime']) for run in evals]
+  sigmas = [sigma for sigma in (reading_noise(run['eval']) for run in evals) if sigma is not None]
+  # With no true loss at all, final - reading at stop is the difference of two noisy
+  # readings (sd sigma·sqrt 2); its largest value over n runs is about that sd times the
+  # normal quantile at n/(n + 1).
+  from statistics import NormalDist
+  sigma = float(np.median(sigmas)) if sigmas else float('nan')
+  noise_worst = sigma * np.sqrt(2) * NormalDist().inv_cdf(len(evals) / (len(evals) + 1))
+  return {'grid': [{k: v for k, v in entry.items() if k != 'outcomes'} for entry in grid],
+          'held_out': held_out, 'held_out_summary': summarise_stops(held_out) if held_out else {},
+          'held_out_mean_only': held_out_mean,
+          'held_out_mean_only_summary': summarise_stops(held_out_mean) if held_out_mean else {},
+          'default': DEFAULT_TREND, 'default_outcomes': default_outcomes,
+          'default_summary': summarise_stops(default_outcomes) if default_outcomes else {},
+          'reading_noise_median': sigma, 'noise_worst_loss': float(noise_worst)}
+
+
+def form_study(runs: list[dict[str, Any]], plots: Path) -> list[dict[str, Any]]:
+  """Whole-run AICc of each form and holdout error (fit the first 70%, score the last 30%)."""
+  rows = []
+  for run in runs:
+    for key in ('eval', 'reward'):
+      record: RunRecord | None = run.get(key)
+      if record is None or record.steps.size < 8:
+        continue
+      t = record.steps / record.total_steps
+      bounded = metric_is_bounded(record.metric)
+      row = {'run': run['name'], 'regime': run['regime'], 'metric': record.metric}
+      for form in FORMS:
+        try:
+          with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            row[f'{form}_aicc'] = fit_trajectory(t, record.values, form,
+                                                 bounded=bounded).aic
+        except ValueError:
+          row[f'{form}_aicc'] = None
+      try:
+        selection = select_form(t, record.values, tuple(FORMS), bounded=bounded)
+        row['holdout_scores'] = selection.scores
+        row['holdout_winner'] = (min(selection.scores, key=selection.scores.get)
+                                 if selection.method == 'holdout' else None)
+      except ValueError:
+        row['holdout_winner'] = None
+      finite = {form: row[f'{form}_aicc'] for form in FORMS
+                if row.get(f'{form}_aicc') is not None and np.isfinite(row[f'{form}_aicc'])}
+      row['aicc_winner'] = min(finite, key=finite.get) if finite else None
+      rows.append(row)
+  plot_forms(runs, plots)
+  return rows
+
+
+def form_plot_name(regime: str, metric: str) -> str:
+  return f'forms_{regime.replace("/", "_")}_{metric}.png'
+
+
+def plot_forms(runs: list[dict[str, Any]], plots: Path) -> None:
+  import matplotlib
+  matplotlib.use('Agg')
+  from matplotlib import pyplot as plt
+
+  plots.mkdir(parents=True, exist_ok=True)
+  regimes = sorted({run['regime'] for run in runs})
+  records = [(run['regime'], run[key]) for run in runs for key in ('eval', 'reward') if key in run]
+  for metric in sorted({record.metric for _, record in records}):
+    for regime in regimes:
+      members = [record for where, record in records
+                 if where == regime and record.metric == metric]
+      if not members:
+        continue
+      figure, axes = plt.subplots(figsize=(7, 4.2))
+      for i, record in enumerate(members):
+        axes.plot(record.steps, record.values, color='0.7', linewidth=0.8,
+                  label='runs' if i == 0 else None)
+      # Pool every run on normalised progress and fit each form to the pooled points.
+      t = np.concatenate([r.steps / r.total_steps for r in members])
+      y = np.concatenate([r.values for r in members])
+      grid = np.linspace(0, 1, 200)
+      span = float(np.median([r.total_steps for r in members]))
+      for j, form in enumerate(FORMS):
+        try:
+          with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            fit = fit_trajectory(t, y, form, bounded=metric_is_bounded(members[0].metric))
+          axes.plot(grid * span, fit.predict(grid), color=f'C{j}',
+                    label=f'{form} (pooled fit, AICc {fit.aic:.0f})')
+        except ValueError:
+          pass
+      axes.set_xlabel('step')
+      axes.set_ylabel(members[0].metric)
+      axes.set_title(f'{regime}: {len(members)} runs, {metric}', fontsize=10)
+      axes.legend(fontsize=7, loc='best')
+      figure.tight_layout()
+      figure.savefig(plots / form_plot_name(regime, metric), dpi=100)
+      plt.close(figure)
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+  if value is None:
+    return '—'
+  if isinstance(value, bool):
+    return 'yes' if value else 'no'
+  if isinstance(value, float):
+    return f'{value:.{digits}f}'
+  if isinstance(value, (list, tuple)):
+    return '–'.join(_fmt(float(v), digits) for v in value)
+  return str(value)
+
+
+def forecast_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+  out = {'n': len(rows)}
+  for name in PREDICTORS:
+    out[f'{name}_mae'] = float(np.mean([row[f'{name}_err'] for row in rows]))
+    out[f'{name}_coverage'] = float(np.mean([row[f'{name}_covered'] for row in rows]))
+  out['group_out_mae'] = float(np.mean([row['group_out_err'] for row in rows]))
+  floors = [row['noise_floor'] for row in rows if row['noise_floor'] is not None]
+  out['noise_floor'] = float(np.mean(floors)) if floors else None
+  out['group_out_coverage'] = float(np.mean([row['group_out_covered'] for row in rows]))
+  return out
+
+
+def write_report(result: dict[str, Any], out: Path) -> Path:
+  lines = [
+      '# Calibrated scaling-law forecasts and early stopping (validation runs)', '',
+      f"Generated by `experiments/scaling_law_calibrate.py` from {result['n_runs']} finished "
+      f"runs ({result['regimes_text']}). Forecasts see the first "
+      f"{result['observe_fraction']:.0%} of the steps each run actually took. Every forecast "
+      'is leave-one-run-out: the predictor and its conformal interval are fitted on the other '
+      'runs only; "group out" leaves out every seed of the run\'s config. Actual final = mean '
+      'over the last 5% of the run. Flat = mean of the last third of the observed points '
+      '("stays where it is"). Noise floor = mean over runs of sigma·sqrt(2/pi), sigma the '
+      "run's per-reading noise from second differences of its curve: what even a forecaster "
+      'that knew the smooth trend would miss a single final reading by.', '',
+      '## Forecast of the final value from the first '
+      f"{result['observe_fraction']:.0%}", '',
+      f'Mean |error| per predictor, and how often the nominal {CONFIDENCE:.0%} conformal '
+      'interval held the actual final value. Targets: mean |error| <= 0.03 and <= half the '
+      'flat baseline; coverage 85-95%.', '',
+      '| metric | runs | n | ' + ' | '.join(f'{p} |err|' for p in PREDICTORS)
+      + ' | ' + ' | '.join(f'{p} cover' for p in PREDICTORS) + ' | group-out |err| '
+      f'({DEFAULT_PREDICTOR}) | group-out cover | noise floor |',
+      '|' + '---|' * (3 + 2 * len(PREDICTORS) + 3),
+  ]
+  for (metric, label), summary in result['forecast_summaries'].items():
+    lines.append(f'| {metric} | {label} | {summary["n"]} | '
+                 + ' | '.join(_fmt(summary[f'{p}_mae']) for p in PREDICTORS) + ' | '
+                 + ' | '.join(_fmt(summary[f'{p}_coverage'], 2) for p in PREDICTORS) + ' | '
+                 + f"{_fmt(summary['group_out_mae'])} | {_fmt(summary['group_out_coverage'], 2)} | "
+                 + f"{_fmt(summary['noise_floor'])} |")
+  lines += ['', f'Per run (predictor `{DEFAULT_PREDICTOR}`, the CLI default):', '',
+            '| run | regime | metric | steps | flat | curve (form) | predicted | '
+            f'{CONFIDENCE:.0%} interval | actual | |err| | inside |', '|' + '---|' * 11]
+  for row in result['forecast_rows']:
+    curve = '—' if row['curve'] is None else f"{row['curve']:.3f} ({row['form']})"
+    lines.append(
+        f"| {row['run']} | {row['regime']} | {row['metric']} | {row['total_steps']} | "
+        f"{_fmt(row['flat'])} | {curve} | {_fmt(row[f'{DEFAULT_PREDICTOR}_pred'])} | "
+        f"{_fmt(row[f'{DEFAULT_PREDICTOR}_interval'])} | {_fmt(row['actual'])} | "
+        f"{_fmt(row[f'{DEFAULT_PREDICTOR}_err'])} | {_fmt(row[f'{DEFAULT_PREDICTOR}_covered'])} |")
+  stop = result['early_stop']
+  lines += ['', '## Early stopping on held-out accuracy (rule `trend`)', '',
+            'Loss = actual final accuracy minus the eval accuracy at the stop step (what a '
+            'user keeps); saved = fraction of the run\'s steps not taken. Targets: saved >= '
+            f'{TARGET_SAVED:.0%}, mean loss <= {TARGET_MEAN_LOSS * 100:.0f} point, worst <= '
+            f'{TARGET_MAX_LOSS * 100:.0f} points.', '']
+  if stop['held_out_summary']:
+    s = stop['held_out_summary']
+    lines += [f"- Out of sample (setting chosen on the other config groups): {s['n']} runs, "
+              f"stopped {s['stopped']}, saved {s['saved_mean']:.1%} of steps, mean loss "
+              f"{s['loss_mean'] * 100:.2f} points, worst {s['loss_max'] * 100:.2f} points."]
+  if stop['held_out_mean_only_summary']:
+    s = stop['held_out_mean_only_summary']
+    lines += [f"- Out of sample, setting chosen for mean loss <= {TARGET_MEAN_LOSS * 100:.0f} point "
+              f"only: stopped {s['stopped']}/{s['n']}, saved {s['saved_mean']:.1%} of steps, "
+              f"mean loss {s['loss_mean'] * 100:.2f} points, worst {s['loss_max'] * 100:.2f} "
+              'points.']
+  if stop['default_summary']:
+    s = stop['default_summary']
+    lines += [f"- Default setting {stop['default']} on every run: stopped {s['stopped']}/"
+              f"{s['n']}, saved {s['saved_mean']:.1%}, mean loss {s['loss_mean'] * 100:.2f} "
+              f"points, worst {s['loss_max'] * 100:.2f} points."]
+  lines += [f"- Eval readings scatter with a median sd of {stop['reading_noise_median'] * 100:.2f} "
+            'points around their trend (second differences). With no true loss at all, '
+            'final minus the reading at the stop step would still reach about '
+            f"{stop['noise_worst_loss'] * 100:.1f} points in the worst of "
+            f"{stop['default_summary'].get('n', 0)} runs: the worst-case target is below the "
+            'noise of a single eval reading.']
+  lines += ['', 'Every setting of the grid, on every run (in sample):', '',
+            '| min_fraction | window_fraction | epsilon | stopped | saved | mean loss (pt) | '
+            'worst loss (pt) | meets loss targets |', '|---|---|---|---|---|---|---|---|']
+  for entry in stop['grid']:
+    setting = entry['setting']
+    lines.append(f"| {setting['min_fraction']} | {setting['window_fraction']} | "
+                 f"{setting['epsilon']} | {entry['stopped']}/{entry['n']} | "
+                 f"{entry['saved_mean']:.1%} | {entry['loss_mean'] * 100:.2f} | "
+                 f"{entry['loss_max'] * 100:.2f} | {_fmt(meets(entry))} |")
+  lines += ['', '## Which trajectory form wins where', '',
+            'Per regime and metric: how often each form has the lowest whole-run AICc, and the '
+            'lowest error forecasting the last 30% of the run from its first 70%; median over '
+            'runs of AICc(form) - AICc(exponential) (negative: the form fits better; '
+            'differences under ~2 are no evidence either way).', '',
+            '| regime | metric | runs | AICc wins | holdout wins | median ΔAICc logistic | '
+            'median ΔAICc power | plot |',
+            '|---|---|---|---|---|---|---|---|']
+  for entry in result['form_tally']:
+    delta = entry['delta_aicc']
+    lines.append(f"| {entry['regime']} | {entry['metric']} | {entry['n']} | {entry['aicc']} | "
+                 f"{entry['holdout']} | {_fmt(delta['logistic'], 1)} | "
+                 f"{_fmt(delta['power'], 1)} | [plot]({entry['plot']}) |")
+  lines += ['', 'Runs per regime: ' + ', '.join(f'{k} {v}' for k, v in
+                                                result['regime_counts'].items()) + '.']
+  path = out / f'{STEM}.md'
+  path.write_text('\n'.join(lines) + '\n')
+  return path
+
+
+def tally(rows: list[dict[str, Any]], key: str) -> str:
+  counts: dict[str, int] = {}
+  for row in rows:
+    if row.get(key):
+      counts[row[key]] = counts.get(row[key], 0) + 1
+  return ', '.join(f'{name} {count}' for name, count in sorted(counts.items())) or '—'
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('run_dirs', nargs='+', type=Path, metavar='RUN_DIR')
+  parser.add_argument('--observe-fraction', type=float, default=0.3)
+  parser.add_argument('--out', type=Path, default=DEFAULT_OUT)
+  parser.add_argument('--write-calibration', action='store_true',
+                      help=f'also write the CLI calibration set to {CALIBRATION_PATH}')
+  args = parser.parse_args(argv)
+  start = time.time()
+  runs = load_runs([path for path in args.run_dirs if path.is_dir()])
+  if not runs:
+    parser.error('no finished runs among RUN_DIRs')
+  fractions = sorted(set(CALIBRATION_FRACTIONS if args.write_calibration else ())
+                     | {args.observe_fraction})
+  features = {}
+  for run in runs:
+    for key in ('eval', 'reward'):
+      if key not in run:
+        continue
+      for fraction in fractions:
+        try:
+          with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            features[(run['name'], key, fraction)] = prefix_features(
+                run[key], fraction, group=run['group'], regime=run['regime'])
+        except ValueError as error:
+          print(f"[calibrate] {run['name']} {key} @{fraction}: {error}", file=sys.stderr)
+  print(f'[calibrate] features of {len(runs)} runs in {time.time() - start:.0f}s',
+        file=sys.stderr)
+  forecast_rows = []
+  summaries = {}
+  for key in ('eval', 'reward'):
+    rows = forecast_table(runs, key, args.observe_fraction, features)
+    forecast_rows += rows
+    for metric in sorted({row['metric'] for row in rows}):
+      of_metric = [row for row in rows if row['metric'] == metric]
+      summaries[(metric, 'all')] = forecast_summary(of_metric)
+      for method in sorted({str(row['method']) for row in of_metric}):
+        members = [row for row in of_metric if str(row['method']) == method]
+        summaries[(metric, f'method {method}')] = forecast_summary(members)
+      for regime in sorted({row['regime'] for row in of_metric}):
+        members = [row for row in of_metric if row['regime'] == regime]
+        summaries[(metric, regime)] = forecast_summary(members)
+  plots = args.out / 'plots' / STEM
+  form_rows = form_study(runs, plots)
+  form_tally = []
+  for regime in sorted({row['regime'] for row in form_rows}):
+    for metric in sorted({row['metric'] for row in form_rows if row['regime'] == regime}):
+      members = [row for row in form_rows if row['regime'] == regime and row['metric'] == metric]
+      deltas = {form: [row[f'{form}_aicc'] - row['exponential_aicc'] for row in members
+                       if row.get(f'{form}_aicc') is not None
+                       and row.get('exponential_aicc') is not None
+                       and np.isfinite(row[f'{form}_aicc'] - row['exponential_aicc'])]
+                for form in ('logistic', 'power')}
+      form_tally.append({'regime': regime, 'metric': metric, 'n': len(members),
+                         'delta_aicc': {form: float(np.median(values)) if values else None
+                                        for form, values in deltas.items()},
+                         'aicc': tally(members, 'aicc_winner'),
+                         'holdout': tally(members, 'holdout_winner'),
+                         'plot': f'plots/{STEM}/{form_plot_name(regime, metric)}'})
+  regime_counts: dict[str, int] = {}
+  for run in runs:
+    regime_counts[run['regime']] = regime_counts.get(run['regime'], 0) + 1
+  result = {
+      'n_runs': len(runs), 'observe_fraction': args.observe_fraction,
+      'regimes_text': ', '.join(f'{k}: {v}' for k, v in sorted(regime_counts.items())),
+      'regime_counts': dict(sorted(regime_counts.items())),
+      'forecast_summaries': summaries, 'forecast_rows': forecast_rows,
+      'early_stop': early_stop_study(runs), 'form_tally': form_tally, 'form_rows': form_rows,
+  }
+  args.out.mkdir(parents=True, exist_ok=True)
+  path = write_report(result, args.out)
+  serialisable = dict(result, forecast_summaries=[
+      {'metric': m, 'runs': label, **s} for (m, label), s in summaries.items()])
+  (args.out / f'{STEM}.json').write_text(json.dumps(serialisable, indent=1, default=str))
+  if args.write_calibration:
+    records = [record for record in features.values() if record.actual is not None]
+    CALIBRATION_PATH.write_text(CalibrationSet(
+        records, f'{len(runs)} validation runs of experiments/scaling_law_calibrate.py'
+    ).to_json())
+    print(f'wrote {CALIBRATION_PATH}', file=sys.stderr)
+  print(f'wrote {path} in {time.time() - start:.0f}s', file=sys.stderr)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

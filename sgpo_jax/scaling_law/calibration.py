@@ -1,0 +1,288 @@
+"""Calibrated forecasts of a run's final value: a point forecast learnt across finished
+runs and a split-conformal interval from those runs' out-of-sample errors.
+
+What a forecast sees of a run (`PrefixFeatures`, computed by `prefix_features`) is its
+first `observe_fraction` of steps: the flat level there (mean of the last third of the
+observed points: "it stays where it is") and the fitted trajectory curve's final value.
+Point predictors (`PREDICTORS`), each fitted on calibration runs only:
+
+- flat:  the flat level.
+- curve: the fitted form's value at the end of the run (flat when no form could be fitted).
+- drift: flat + the median over calibration runs of (final - flat): how much runs like
+  this one still moved after the same fraction; over the other seeds of the run's own
+  config (`group`) when at least MIN_GROUP_RECORDS of them are calibration runs.
+- blend: flat + a + b·(curve - flat), a and b by least squares over calibration runs
+  (b clipped to [0, 1]): the curve's extrapolation, shrunk by how well it has done.
+
+Scores are normalised (Lei et al. 2018): each residual is divided by a scale known before
+the run ends, sqrt(p(1 - p)) of the flat level p for accuracies and rewards (floored at
+MIN_SCALE), and the target's interval is its quantile times the target's own scale: runs
+near 0 or 1 move less than runs near 0.5, so pooled runs of different levels share one
+calibrated quantile without the quiet ones' small errors narrowing the busy ones' intervals.
+
+Calibration runs: those of the run's metric and observe fraction; of its regime (same task,
+model and budget) when at least MIN_POOL_RECORDS of them exist, else of its method when
+MIN_METHOD_RECORDS exist, else all. Intervals: the predictor's absolute errors on the
+calibration runs, each forecast by the predictor fitted without that run (leave-one-out),
+are the conformal scores (see `conformal`). A run is never in its own calibration set
+(`CalibrationSet.without`); with leave_out_group neither is any seed of its config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from sgpo_jax.scaling_law.conformal import conformal_interval, conformal_quantile
+from sgpo_jax.scaling_law.forecasting import forecast
+from sgpo_jax.scaling_law.trajectory import DEFAULT_FORMS
+
+# Range of each metric; intervals are cut to it (they always keep their point).
+METRIC_BOUNDS = {'eval_accuracy': (0.0, 1.0), 'reward_mean': (0.0, 1.0),
+                 'reward_over_profile': (-1.0, 1.0)}
+DEFAULT_PREDICTOR = 'drift'
+# Calibrate on runs of the run's own regime when at least this many exist (the fewest that
+# give a finite 90% conformal interval), else of its method, else on all.
+MIN_POOL_RECORDS = 9
+MIN_METHOD_RECORDS = 10
+# The drift predictor uses the other seeds of the run's own config when this many exist.
+MIN_GROUP_RECORDS = 2
+FLAT_TAIL = 1 / 3  # the flat level is the mean of the last third of the observed points
+MIN_SCALE = 0.1  # floor of the residual scale sqrt(p(1 - p)) (reached at p ~ 0.01)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefixFeatures:
+  """What a forecast from the first `observe_fraction` of a run can use, and (for a
+  finished run) the value it should have predicted."""
+
+  run: str
+  metric: str
+  method: str | None
+  observe_fraction: float
+  total_steps: int
+  observed_until_step: float
+  n_observed: int
+  flat: float
+  curve: float | None  # None: no form could be fitted to the prefix
+  form: str | None
+  actual: float | None  # final value (mean of the last 5% of steps); None while running
+  group: str = ''  # runs sharing a group (e.g. the seeds of one config) are held out together
+  regime: str = ''  # runs of one task, model and budget: the preferred calibration pool
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+def flat_level(values: Sequence[float]) -> float:
+  """Mean of the last third (at least one) of the observed values."""
+  values = np.asarray(values, dtype=float)
+  if values.size == 0:
+    raise ValueError('no observed values; observe a larger fraction of the run')
+  tail = max(1, int(math.ceil(values.size * FLAT_TAIL)))
+  return float(np.mean(values[-tail:]))
+
+
+def metric_is_bounded(metric: str) -> bool:
+  """Whether curve fits may confine the metric to [0, 1] (reward_over_profile can be < 0)."""
+  return METRIC_BOUNDS.get(metric) == (0.0, 1.0)
+
+
+def prefix_features(run: Any, observe_fraction: float, *, forms: Sequence[str] = DEFAULT_FORMS,
+                    bounded: bool = True, group: str = '', regime: str = '') -> PrefixFeatures:
+  """Features of `run` (a `runs.RunRecord`) seen from its first `observe_fraction` of steps."""
+  bounded = bounded and metric_is_bounded(run.metric)
+  if not 0 < observe_fraction <= 1:
+    raise ValueError(f'observe_fraction={observe_fraction} must be in (0, 1]')
+  cut = observe_fraction * run.total_steps + 1e-9
+  seen = run.steps <= cut
+  if not seen.any():
+    raise ValueError(f'{run.name}: no {run.metric} logged at or before step {cut:.0f} '
+                     f'({observe_fraction:g} of {run.total_steps} steps)')
+  curve = form = None
+  try:
+    result = forecast(run.steps, run.values, run.total_steps, observe_fraction, forms=forms,
+                      bounded=bounded, n_samples=50)
+    curve, form = float(result.predicted_final_reward), result.form
+  except ValueError:
+    pass
+  return PrefixFeatures(
+      run=run.name, metric=run.metric, method=run.method, observe_fraction=observe_fraction,
+      total_steps=int(run.total_steps), observed_until_step=float(run.steps[seen][-1]),
+      n_observed=int(seen.sum()), flat=flat_level(run.values[seen]), curve=curve, form=form,
+      actual=float(run.actual_final) if run.finished else None, group=group, regime=regime)
+
+
+# A predictor: (target, calibration records) -> point forecast.
+Predictor = Callable[[PrefixFeatures, Sequence[PrefixFeatures]], float]
+
+
+def _curve_or_flat(record: PrefixFeatures) -> float:
+  return record.flat if record.curve is None else record.curve
+
+
+def predict_flat(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> float:
+  del records
+  return target.flat
+
+
+def predict_curve(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> float:
+  del records
+  return _curve_or_flat(target)
+
+
+def predict_drift(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> float:
+  known = [record for record in records if record.actual is not None]
+  siblings = [record for record in known if target.group and record.group == target.group]
+  if len(siblings) >= MIN_GROUP_RECORDS:
+    known = siblings
+  moves = [record.actual - record.flat for record in known]
+  return target.flat + (float(np.median(moves)) if moves else 0.0)
+
+
+def blend_coefficients(records: Sequence[PrefixFeatures]) -> tuple[float, float]:
+  """(a, b) minimising sum (final - flat - a - b·(curve - flat))^2, b clipped to [0, 1]."""
+  known = [record for record in records if record.actual is not None]
+  if not known:
+    return 0.0, 0.0
+  moves = np.array([record.actual - record.flat for record in known])
+  leads = np.array([_curve_or_flat(record) - record.flat for record in known])
+  if len(known) < 3 or np.ptp(leads) < 1e-12:
+    return float(np.mean(moves)), 0.0
+  design = np.stack([np.ones_like(leads), leads], axis=1)
+  (a, b), *_ = np.linalg.lstsq(design, moves, rcond=None)
+  if not 0.0 <= b <= 1.0:
+    b = float(np.clip(b, 0.0, 1.0))
+    a = float(np.mean(moves - b * leads))
+  return float(a), float(b)
+
+
+def predict_blend(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> float:
+  a, b = blend_coefficients(records)
+  return target.flat + a + b * (_curve_or_flat(target) - target.flat)
+
+
+PREDICTORS: dict[str, Predictor] = {'flat': predict_flat, 'curve': predict_curve,
+                                    'drift': predict_drift, 'blend': predict_blend}
+
+
+def get_predictor(name: str) -> Predictor:
+  if name not in PREDICTORS:
+    raise ValueError(f'unknown predictor {name!r}; choose one of {sorted(PREDICTORS)}')
+  return PREDICTORS[name]
+
+
+def loo_residuals(records: Sequence[PrefixFeatures], predictor: str = DEFAULT_PREDICTOR
+                  ) -> np.ndarray:
+  """actual - forecast for each finished record, the predictor fitted on the others."""
+  predict = get_predictor(predictor)
+  known = [record for record in records if record.actual is not None]
+  return np.array([record.actual - predict(record, known[:i] + known[i + 1:])
+                   for i, record in enumerate(known)])
+
+
+def residual_scale(record: PrefixFeatures) -> float:
+  """sqrt(p(1 - p)) of the flat level for metrics in [0, 1], floored at MIN_SCALE; 1 else."""
+  if not metric_is_bounded(record.metric):
+    return 1.0
+  p = min(max(record.flat, 0.0), 1.0)
+  return max(math.sqrt(p * (1.0 - p)), MIN_SCALE)
+
+
+def normalised_scores(records: Sequence[PrefixFeatures], predictor: str = DEFAULT_PREDICTOR
+                      ) -> np.ndarray:
+  """Leave-one-out residuals divided by each record's `residual_scale`."""
+  known = [record for record in records if record.actual is not None]
+  scales = np.array([residual_scale(record) for record in known])
+  return loo_residuals(known, predictor) / scales if known else np.zeros(0)
+
+
+@dataclasses.dataclass
+class CalibrationSet:
+  """Finished runs' prefix features at one observe fraction: what predictors learn from and
+  what their intervals are calibrated on."""
+
+  records: list[PrefixFeatures]
+  source: str = ''  # where the records came from (a file, or run folders)
+
+  def without(self, run: str, group: str = '') -> 'CalibrationSet':
+    """The set minus `run` (and minus every run of `group` when given)."""
+    kept = [record for record in self.records
+            if record.run != run and not (group and record.group == group)]
+    return CalibrationSet(kept, self.source)
+
+  def select(self, metric: str, observe_fraction: float, method: str | None = None,
+             regime: str = '') -> tuple[list[PrefixFeatures], str]:
+    """Finished records of `metric` at the fraction nearest `observe_fraction`; of `regime`
+    when there are MIN_POOL_RECORDS of them, else of `method` when there are
+    MIN_METHOD_RECORDS. Returns (records, description)."""
+    usable = [r for r in self.records if r.metric == metric and r.actual is not None]
+    if not usable:
+      return [], f'no calibration runs for {metric}'
+    nearest = min({r.observe_fraction for r in usable},
+                  key=lambda fraction: abs(fraction - observe_fraction))
+    usable = [r for r in usable if r.observe_fraction == nearest]
+    same_regime = [r for r in usable if regime and r.regime == regime]
+    own = [r for r in usable if method is not None and r.method == method]
+    if len(same_regime) >= MIN_POOL_RECORDS:
+      usable, which = same_regime, f'runs of regime {regime}'
+    elif len(own) >= MIN_METHOD_RECORDS:
+      usable, which = own, f'{method} runs'
+    else:
+      which = 'runs of every method'
+    return usable, (f'{len(usable)} {which} of {self.source or "the calibration set"}, '
+                    f'{metric} from the first {nearest:g}')
+
+  def to_json(self) -> str:
+    return json.dumps({'source': self.source,
+                       'records': [record.to_dict() for record in self.records]}, indent=1)
+
+  @classmethod
+  def from_json(cls, text: str, source: str = '') -> 'CalibrationSet':
+    data = json.loads(text)
+    records = [PrefixFeatures(**record) for record in data['records']]
+    return cls(records, source or data.get('source', ''))
+
+  @classmethod
+  def load(cls, path: str | Path) -> 'CalibrationSet':
+    path = Path(path)
+    if not path.exists():
+      raise ValueError(f'calibration file {path} does not exist; write one with '
+                       'experiments/scaling_law_validate.py or pass run folders')
+    return cls.from_json(path.read_text(), source=path.name)
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibratedForecast:
+  """A point forecast of the final value with its conformal interval."""
+
+  predicted_final: float
+  interval: tuple[float, float]  # inf-wide (cut to the metric's range) with too few runs
+  confidence: float
+  predictor: str
+  n_calibration: int
+  calibration: str  # which runs calibrated it
+  half_width: float
+
+
+def calibrated_forecast(target: PrefixFeatures, calibration: CalibrationSet, *,
+                        predictor: str = DEFAULT_PREDICTOR, confidence: float = 0.9,
+                        leave_out_group: bool = False) -> CalibratedForecast:
+  """Forecast `target`'s final value from calibration runs: never `target` itself, and with
+  `leave_out_group` no run of its group (the other seeds of its config) either."""
+  pool = calibration.without(target.run, target.group if leave_out_group else '')
+  records, description = pool.select(target.metric, target.observe_fraction, target.method,
+                                     target.regime)
+  point = get_predictor(predictor)(target, records)
+  bounds = METRIC_BOUNDS.get(target.metric, (-math.inf, math.inf))
+  point = float(np.clip(point, *bounds))
+  scores = normalised_scores(records, predictor) * residual_scale(target)
+  return CalibratedForecast(
+      predicted_final=point, interval=conformal_interval(point, scores, confidence, bounds),
+      confidence=confidence, predictor=predictor, n_calibration=len(records),
+      calibration=description, half_width=conformal_quantile(scores, confidence))

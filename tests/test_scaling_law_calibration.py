@@ -1,0 +1,316 @@
+"""Tests for the calibrated forecasts of issue 18: conformal quantile and intervals, the
+cross-run predictors, the 'trend' early-stop rule on hand-made curves, run length under a
+FLOPs budget, the metric chosen for a run, and the CLI on a budget-stopped run."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from sgpo_jax.scaling_law import __main__ as scaling_law_cli
+from sgpo_jax.scaling_law import forecast, load_run, write_synthetic_run
+from sgpo_jax.scaling_law.calibration import (CalibrationSet, PrefixFeatures,
+                                              blend_coefficients, calibrated_forecast,
+                                              flat_level, loo_residuals, predict_drift)
+from sgpo_jax.scaling_law.conformal import (conformal_interval, conformal_quantile,
+                                            conformal_rank, coverage, interval_contains)
+from sgpo_jax.scaling_law.early_stop import trend_gain, trend_stop_step
+from sgpo_jax.scaling_law.runs import choose_metric, run_length
+
+SCORES_9 = [0.1, 0.5, 0.2, 0.4, 0.3, 0.9, 0.8, 0.7, 0.6]
+
+
+def test_conformal_rank_and_quantile_by_hand():
+  assert conformal_rank(9, 0.9) == 9  # ceil(10 * 0.9), not 10 from float rounding
+  assert conformal_rank(19, 0.9) == 18
+  assert conformal_rank(8, 0.9) == 9  # > n: no finite interval
+  assert conformal_quantile(SCORES_9, 0.9) == 0.9
+  assert conformal_quantile(SCORES_9, 0.8) == 0.8  # ceil(10 * 0.8) = 8th smallest
+  assert conformal_quantile([-0.3, 0.1, float('nan')] + [0.2] * 17, 0.9) == 0.2  # |.|, NaN out
+  assert conformal_quantile(SCORES_9[:8], 0.9) == math.inf
+  with pytest.raises(ValueError, match='confidence=1.5'):
+    conformal_quantile(SCORES_9, 1.5)
+
+
+def test_conformal_interval_is_cut_to_bounds_and_keeps_its_point():
+  assert conformal_interval(0.5, SCORES_9, 0.8) == pytest.approx((-0.3, 1.3))
+  assert conformal_interval(0.5, SCORES_9, 0.8, (0.0, 1.0)) == (0.0, 1.0)
+  low, high = conformal_interval(0.95, [0.1] * 19, 0.9, (0.0, 1.0))
+  assert (low, high) == (pytest.approx(0.85), 1.0)
+  # Too few scores: as wide as the metric's range, still holding the point.
+  assert conformal_interval(0.3, [0.01], 0.9, (0.0, 1.0)) == (0.0, 1.0)
+  # A point outside the bounds (a curve overshooting) is still inside its own interval.
+  low, high = conformal_interval(1.02, [0.0] * 19, 0.9, (0.0, 1.0))
+  assert low <= 1.02 <= high
+  with pytest.raises(ValueError, match='point=nan'):
+    conformal_interval(float('nan'), SCORES_9, 0.9)
+
+
+def test_interval_containment_and_coverage():
+  assert interval_contains((0.2, 0.4), 0.2) and interval_contains((0.2, 0.4), 0.4)
+  assert not interval_contains((0.2, 0.4), 0.41)
+  assert coverage([(0, 1), (0.2, 0.4), (0.5, 0.6)], [0.5, 0.5, 0.55]) == pytest.approx(2 / 3)
+  with pytest.raises(ValueError, match='2 intervals but 1 values'):
+    coverage([(0, 1), (0, 1)], [0.5])
+
+
+def _record(run, flat, actual, curve=None, metric='eval_accuracy', method='grpo', group=''):
+  return PrefixFeatures(run=run, metric=metric, method=method, observe_fraction=0.3,
+                        total_steps=100, observed_until_step=30, n_observed=4, flat=flat,
+                        curve=curve, form=None, actual=actual, group=group)
+
+
+def test_flat_level_is_the_mean_of_the_last_third():
+  assert flat_level([1, 2, 3, 4, 5, 6]) == 5.5
+  assert flat_level([1, 2, 3, 4]) == 3.5  # ceil(4/3) = 2 points
+  assert flat_level([0.7]) == 0.7
+
+
+def test_drift_predictor_and_its_leave_one_out_residuals_by_hand():
+  records = [_record('a', 0.5, 0.55), _record('b', 0.6, 0.62), _record('c', 0.7, 0.78)]
+  # Moves 0.05, 0.02, 0.08: median 0.05.
+  assert predict_drift(_record('t', 0.4, None), records) == pytest.approx(0.45)
+  # a: others move 0.02, 0.08 -> 0.05 -> 0.55 (0); b: 0.05, 0.08 -> 0.065 -> 0.665;
+  # c: 0.05, 0.02 -> 0.035 -> 0.735.
+  assert loo_residuals(records, 'drift') == pytest.approx([0.0, -0.045, 0.045])
+
+
+def test_drift_prefers_the_other_seeds_of_the_runs_config():
+  records = [_record('a', 0.5, 0.60, group='x'), _record('b', 0.5, 0.62, group='x'),
+             _record('c', 0.5, 0.50, group='y'), _record('d', 0.5, 0.50, group='y'),
+             _record('e', 0.5, 0.50, group='y')]
+  assert predict_drift(_record('t', 0.4, None, group='x'), records) == pytest.approx(0.51)
+  assert predict_drift(_record('t', 0.4, None, group='z'), records) == pytest.approx(0.4)
+  # One sibling is too few: the pool's median move (0.0) is used.
+  assert predict_drift(_record('t', 0.4, None, group='x'), records[1:]) == pytest.approx(0.4)
+
+
+def test_blend_recovers_a_known_shrinkage():
+  # final - flat = 0.01 + 0.5 (curve - flat) exactly.
+  records = [_record(str(i), 0.5, 0.5 + 0.01 + 0.5 * lead, curve=0.5 + lead)
+             for i, lead in enumerate([0.0, 0.1, 0.2, 0.3])]
+  assert blend_coefficients(records) == pytest.approx((0.01, 0.5))
+  # A negative fitted slope is clipped to 0 (a curve that predicts backwards gets no say).
+  flipped = [_record(str(i), 0.5, 0.5 - lead, curve=0.5 + lead) for i, lead in
+             enumerate([0.0, 0.1, 0.2])]
+  a, b = blend_coefficients(flipped)
+  assert b == 0.0 and a == pytest.approx(-0.1)
+
+
+def test_calibrated_forecast_never_uses_its_own_run_or_group():
+  records = [_record(f'r{i}', 0.5, 0.5 + 0.01 * (i % 3), group=f'g{i % 5}') for i in range(20)]
+  # The target's own record says it moved by +0.4: leaving it in would drag the interval.
+  target = _record('r0', 0.5, 0.9, group='')
+  calibration = CalibrationSet(records + [target], 'hand-made')
+  result = calibrated_forecast(target, calibration, predictor='drift', confidence=0.9)
+  assert result.n_calibration == 19  # r0 (in records and as target) left out
+  assert result.predicted_final == pytest.approx(0.51)
+  assert result.interval[0] <= result.predicted_final <= result.interval[1]
+  assert result.interval[1] < 0.6
+  grouped = calibrated_forecast(_record('r0', 0.5, None, group='g0'), calibration,
+                                leave_out_group=True)
+  assert grouped.n_calibration == 16  # r0, r5, r10, r15 of group g0 left out
+  # Too few calibration runs: the interval spans the metric's range, with a finite point.
+  few = calibrated_forecast(target, CalibrationSet(records[:4]), confidence=0.9)
+  assert few.interval == (0.0, 1.0) and math.isinf(few.half_width)
+
+
+def test_scores_are_normalised_by_each_runs_level():
+  from sgpo_jax.scaling_law.calibration import normalised_scores, residual_scale
+  assert residual_scale(_record('a', 0.5, None)) == pytest.approx(0.5)
+  assert residual_scale(_record('a', 0.9, None)) == pytest.approx(0.3)
+  assert residual_scale(_record('a', 0.0, None)) == 0.1  # floor
+  assert residual_scale(_record('a', -0.2, None, metric='reward_over_profile')) == 1.0
+  # Residuals by hand (see the drift test): 0, -0.045, 0.045 at flats 0.5, 0.6, 0.7.
+  records = [_record('a', 0.5, 0.55), _record('b', 0.6, 0.62), _record('c', 0.7, 0.78)]
+  scales = [0.5, math.sqrt(0.24), math.sqrt(0.21)]
+  assert normalised_scores(records, 'drift') == pytest.approx(
+      [0.0, -0.045 / scales[1], 0.045 / scales[2]])
+  # One pool, two targets: the interval scales with the target's own level.
+  pool = CalibrationSet([_record(f'r{i}', 0.5, 0.5 + 0.02 * (i % 4)) for i in range(20)])
+  mid = calibrated_forecast(_record('t', 0.5, None), pool)
+  high = calibrated_forecast(_record('t', 0.9, None), pool)
+  width = lambda result: result.interval[1] - result.interval[0]  # noqa: E731
+  assert width(high) == pytest.approx(width(mid) * 0.3 / 0.5)
+
+
+def test_calibration_set_round_trips_json_and_picks_nearest_fraction(tmp_path):
+  records = [_record('a', 0.5, 0.6), dataclass_replace(_record('b', 0.4, 0.5), 0.5)]
+  path = tmp_path / 'cal.json'
+  path.write_text(CalibrationSet(records, 'src').to_json())
+  loaded = CalibrationSet.load(path)
+  assert loaded.records == records
+  chosen, description = loaded.select('eval_accuracy', 0.45)
+  assert [r.run for r in chosen] == ['b'] and 'first 0.5' in description
+  with pytest.raises(ValueError, match='does not exist'):
+    CalibrationSet.load(tmp_path / 'missing.json')
+
+
+def dataclass_replace(record, fraction):
+  import dataclasses
+  return dataclasses.replace(record, observe_fraction=fraction)
+
+
+def test_trend_rule_on_hand_made_curves():
+  steps = np.arange(0, 101, 10, dtype=float)
+  # Saturating: stops at 70, where the line through 40..70 (slope 0.0003) gains 0.009.
+  saturating = [0.1, 0.3, 0.5, 0.6, 0.65, 0.66, 0.66, 0.66, 0.66, 0.66, 0.66]
+  gain, n = trend_gain(steps[:6], saturating[:6], 100, window_fraction=0.3)
+  assert n == 4 and gain == pytest.approx(0.0053 * 50)  # slope 2.65/500 at step 50
+  assert trend_gain(steps[:7], saturating[:7], 100, window_fraction=0.3)[0] == pytest.approx(
+      0.0019 * 40)
+  assert trend_stop_step(steps, saturating, 100, min_fraction=0.5, window_fraction=0.3,
+                         epsilon=0.01) == 70
+  # Still rising by 0.001/step: the line promises > 0.01 until the last step; never stops.
+  rising = 0.5 + 0.0011 * steps
+  assert trend_stop_step(steps, rising, 100, min_fraction=0.5, window_fraction=0.3,
+                         epsilon=0.01) is None
+  # Flat from the start: stops at min_fraction, not before.
+  assert trend_stop_step(steps, np.full(11, 0.8), 100, min_fraction=0.5) == 50
+  with pytest.raises(ValueError, match='window_fraction=0'):
+    trend_stop_step(steps, rising, 100, window_fraction=0)
+
+
+def test_run_length_is_the_steps_taken_or_the_budget_step():
+  config = {'train': {'num_steps': 1000, 'flops_budget': 100.0}}
+  rows = [{'step': 0, 'flops_total': 10.0}] + [
+      {'step': s, 'reward_mean': 0.5, 'flops_total': 10.0 + 2.0 * s} for s in range(1, 21)]
+  # Still running: 2 FLOPs a step from 12 at step 1; 100 is reached at step 45.
+  assert run_length({}, config, rows) == (45, run_length({}, config, rows)[1])
+  assert 'flops_budget' in run_length({}, config, rows)[1]
+  assert run_length({'steps': 44}, config, rows)[0] == 44  # finished: the steps it took
+  assert run_length({}, {'train': {'num_steps': 30, 'flops_budget': 0.0}}, rows)[0] == 30
+  assert run_length({}, {}, rows)[0] == 20
+
+
+def test_metric_choice_per_run():
+  evals = [{'step': s, 'eval_accuracy': 0.5} for s in range(5)]
+  assert choose_metric(evals)[0] == 'eval_accuracy'
+  curriculum = [{'step': s, 'reward_mean': 0.5, 'p_hat_mean': 0.4} for s in range(5)]
+  assert choose_metric(curriculum + evals[:2])[0] == 'reward_over_profile'
+  assert choose_metric([{'step': 1, 'reward_mean': 0.5}])[0] == 'reward_mean'
+
+
+def test_reward_over_profile_takes_out_each_phase_level(tmp_path):
+  run = write_synthetic_run(tmp_path / 'a', 'exponential', {'r0': 0.2, 'r_inf': 0.2,
+                                                             'tau': 0.1}, 40, eval_every=0)
+  rows = [json.loads(line) for line in (run / 'metrics.jsonl').read_text().splitlines()]
+  for row in rows:  # phases alternate in difficulty: reward tracks p_hat + 0.1
+    row['p_hat_mean'] = 0.7 if row['step'] % 2 else 0.3
+    row['reward_mean'] = row['p_hat_mean'] + 0.1
+  (run / 'metrics.jsonl').write_text('\n'.join(json.dumps(row) for row in rows) + '\n')
+  record = load_run(run, 'auto')
+  assert record.metric == 'reward_over_profile' and 'curriculum' in record.metric_reason
+  assert record.values == pytest.approx(np.full(40, 0.1))
+
+
+def test_curve_intervals_hold_their_point_estimate():
+  # A flat noisy prefix fits tau at its bound; clipped samples used to skew the quantiles.
+  rng = np.random.default_rng(3)
+  for seed in range(4):
+    steps = np.arange(1, 101, dtype=float)
+    rewards = np.clip(0.6 + rng.normal(0, 0.05, 100), 0, 1)
+    result = forecast(steps, rewards, 100, 0.3, seed=seed)
+    for point, (low, high) in ((result.predicted_final_reward, result.final_reward_ci),
+                               (result.predicted_plateau, result.plateau_ci),
+                               (result.predicted_plateau_step, result.plateau_step_ci)):
+      assert low <= point <= high
+
+
+def _budget_stopped_run(tmp_path, name='run', eval_every=5):
+  """A run planned for 1000 steps that its FLOPs budget stopped at step 90."""
+  run = write_synthetic_run(tmp_path / name, 'exponential',
+                            {'r0': 0.3, 'r_inf': 0.7, 'tau': 0.2}, 90, eval_every=eval_every)
+  (run / 'config.json').write_text(json.dumps(
+      {'method': 'grpo', 'train': {'num_steps': 1000, 'flops_budget': 9e13}}))
+  summary = json.loads((run / 'summary.json').read_text())
+  summary.update(stop_reason='flops budget 9e+13 reached at step 90')
+  (run / 'summary.json').write_text(json.dumps(summary))
+  return run
+
+
+def test_cli_observes_a_fraction_of_the_steps_a_budget_stopped_run_took(tmp_path, capsys):
+  run = _budget_stopped_run(tmp_path)
+  code = scaling_law_cli.main(['fit', str(run), '--no-plots', '--calibration', 'none'])
+  captured = capsys.readouterr()
+  assert code == 0, captured.err
+  row = json.loads(captured.out)
+  assert row['metric'] == 'eval_accuracy' and 'held-out' in row['metric_reason']
+  assert 'forecasting eval_accuracy' in captured.err
+  assert row['total_steps'] == 90 and 'steps taken' in row['total_steps_source']
+  assert row['observed_until_step'] <= 27  # 30% of 90 steps, not of the planned 1000
+  for field in ('predicted_final_reward', 'actual_final_reward', 'abs_error',
+                'predicted_plateau_step', 'recommended_stop_step', 'interval_low',
+                'interval_high'):
+    assert row[field] is not None, field
+  assert row['interval_low'] <= row['predicted_final_reward'] <= row['interval_high']
+
+
+def test_cli_calibrates_on_run_folders_and_leaves_the_target_out(tmp_path, capsys):
+  # Evals every 10 steps: 3 points in the first 27 steps, too few for a curve; the
+  # calibrated forecast falls back to the flat level plus the learnt drift.
+  runs = [_budget_stopped_run(tmp_path, f'seed{i}', eval_every=10) for i in range(3)]
+  code = scaling_law_cli.main(['fit', str(runs[0]), '--no-plots', '--calibration',
+                               *map(str, runs)])
+  captured = capsys.readouterr()
+  assert code == 0, captured.err
+  row = json.loads(captured.out)
+  assert row['calibration_set']['runs'] == 2  # seed1, seed2: never the run itself
+  assert row['interval_kind'].startswith('split conformal')
+  assert row['interval_low'] <= row['predicted_final_reward'] <= row['interval_high']
+  assert scaling_law_cli.main(['fit', str(runs[0]), '--calibration', str(tmp_path)]) == 2
+  assert 'not run folders' in capsys.readouterr().err
+
+
+def test_trend_stopper_in_the_trainer_projects_the_budget_and_stops_on_evals():
+  from sgpo_jax.scaling_law.early_stop import EarlyStopper, TrendStopper, make_stopper
+  config = {'enabled': True, 'rule': 'trend', 'epsilon': 0.01, 'min_fraction': 0.5,
+            'window_fraction': 0.3, 'confidence': 0.9}
+  # Planned 1000 steps; 10 FLOPs a step from 100 at step 1: a budget of 1090 ends at step 100.
+  stopper = make_stopper(config, 1000, flops_budget=1090.0)
+  assert isinstance(stopper, TrendStopper)
+  saturating = [0.1, 0.3, 0.5, 0.6, 0.65, 0.66, 0.66, 0.66, 0.66, 0.66, 0.66]
+  decisions = {}
+  for step in range(1, 101):
+    row = {'step': step, 'reward_mean': 0.5, 'flops_total': 90.0 + 10.0 * step}
+    if step % 10 == 0:
+      row['eval_accuracy'] = saturating[step // 10]
+    decision = stopper.update_row(row)
+    if decision is not None:
+      decisions[step] = decision
+    if decision is not None and decision.should_stop:
+      break
+  assert stopper.run_length() == 100
+  assert set(decisions) == {10, 20, 30, 40, 50, 60, 70}  # evals only; the same stop as by hand
+  assert decisions[70].should_stop and 'step 70/100' in decisions[70].reason
+  assert decisions[70].flops_saved_estimate == pytest.approx(300.0)
+  assert not decisions[60].should_stop
+  assert isinstance(make_stopper(dict(config, rule='forecast'), 100), EarlyStopper)
+  with pytest.raises(ValueError, match="rule='nope'"):
+    make_stopper(dict(config, rule='nope'), 100)
+
+
+def test_config_check_names_a_bad_early_stop_setting_before_compute():
+  from sgpo_jax import config_check
+  config = config_check.default_config()
+  config.train.early_stop.update(enabled=True, rule='nope')
+  with pytest.raises(ValueError, match='train.early_stop.rule'):
+    config_check.check_config(config)
+  config.train.early_stop.update(rule='trend', window_fraction=0.0)
+  with pytest.raises(ValueError, match='train.early_stop.window_fraction=0.0'):
+    config_check.check_config(config)
+
+
+def test_shipped_calibration_set_gives_finite_intervals_for_each_metric():
+  from sgpo_jax.scaling_law.__main__ import DEFAULT_CALIBRATION
+  calibration = CalibrationSet.load(DEFAULT_CALIBRATION)
+  for metric in ('eval_accuracy', 'reward_mean', 'reward_over_profile'):
+    records, _ = calibration.select(metric, 0.3)
+    assert len(records) >= 9, metric  # enough for a finite 90% conformal interval
+    import dataclasses
+    target = dataclasses.replace(records[0], regime='', method=None)  # pool: every run
+    result = calibrated_forecast(target, calibration)
+    assert result.n_calibration == len(records) - 1  # the run itself is left out
+    assert math.isfinite(result.half_width)
+    assert result.interval[0] <= result.predicted_final <= result.interval[1]
