@@ -38,7 +38,8 @@ class SampleOutput:
   # Per call: (prompt bucket length, tokens generated before the loop exited). The loop
   # stops when every real row of the call is done (filler rows start done), so this is what the
   # hardware computed; the FLOPs ledger counts it.
-  calls: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+  calls: list = dataclasses.field(default_factory=list)
+  prompt_lens_R: np.ndarray | None = None  # real prompt tokens per row (useful-token counts)
 
 
 def prompt_buckets(max_prompt_len: int, min_prompt_bucket: int = 16) -> tuple[int, ...]:
@@ -210,4 +211,5 @@ class Sampler:
       return SampleOutput(np.zeros((0, n), np.int32), np.zeros((0, n), np.int32),
                           np.zeros((0,), np.int32), np.zeros((0, n), np.float32))
     tokens, mask, lengths, logps = (np.concatenate(parts) for parts in zip(*outputs))
-    return SampleOutput(tokens, mask, lengths, logps, calls)
+    return SampleOutput(tokens, mask, lengths, logps, calls,
+                        np.asarray([len(p) for p in prompts], np.int32))
