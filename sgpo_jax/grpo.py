@@ -319,6 +319,7 @@ def policy_loss(
     ref_logp_RxT: Array | None = None,
     kl_form: str = 'k3',
     entropy_RxT: Array | None = None,
+    token_weight_RxT: Array | None = None,
 ) -> tuple[Array, Array, dict[str, Array]]:
   """PPO-clipped policy-gradient loss (+ optional KL to a reference) as (sum, denominator).
 
@@ -326,6 +327,11 @@ def policy_loss(
   clamp keeps exp finite; beyond it the token gets no gradient), loss = -min(ratio * A,
   clip(ratio, 1 - clip_eps_low, 1 + clip_eps_high) * A) + kl_coef * kl(logp, ref_logp).
   Tokens count where completion_mask_RxT and valid_R are both true.
+
+  Packed rows (several sequences per row): pass per-token advantages [R, T] and
+  `token_weight_RxT` (each token's share of its sequence's aggregation, e.g. 1 / its
+  sequence's token count for seq_mean_token_mean) with loss_agg='token_mean'; the loss sum
+  is then the same as the padded layout's.
 
   KL is added when ref_logp_RxT is given (kl_coef may then be traced); kl_coef == 0.0 as a
   Python number skips it. kl_form: 'k1' = logp - ref, 'k3' = exp(ref - logp) - (ref - logp) - 1.
@@ -349,7 +355,8 @@ def policy_loss(
   old_logp_RxT = jnp.asarray(old_logp_RxT, jnp.float32)
   valid_f_R = jnp.asarray(valid_R, jnp.float32)
   mask_RxT = _token_mask(completion_mask_RxT, valid_R)
-  adv_Rx1 = jnp.asarray(advantages_R, jnp.float32)[:, None]
+  adv_Rx1 = jnp.asarray(advantages_R, jnp.float32)
+  adv_Rx1 = adv_Rx1 if adv_Rx1.ndim == 2 else adv_Rx1[:, None]  # [R, T] when packed
 
   log_ratio_RxT = logp_RxT - old_logp_RxT
   ratio_RxT = jnp.exp(jnp.clip(log_ratio_RxT, -logratio_clamp, logratio_clamp))
@@ -362,6 +369,8 @@ def policy_loss(
 
   # where(), not multiply: a padding token holding inf/NaN garbage must not leak into sums.
   masked_loss_RxT = jnp.where(mask_RxT > 0, token_loss_RxT, 0.0)
+  if token_weight_RxT is not None:
+    masked_loss_RxT = masked_loss_RxT * token_weight_RxT
   loss_sum = jnp.sum(jnp.where(valid_f_R > 0, agg.row_sum(masked_loss_RxT, mask_RxT,
                                                            max_new_tokens), 0.0))
   loss_denom = agg.denominator(mask_RxT, valid_f_R)
