@@ -42,6 +42,7 @@ from sgpo_jax import sharding as sharding_lib
 from sgpo_jax import tasks
 from sgpo_jax import tokenizer as tokenizer_lib
 from sgpo_jax import warm_start as warm_start_lib
+from sgpo_jax.continuous_sampling import ContinuousSampler
 from sgpo_jax.sampling import Sampler
 
 ROLLOUT_STREAM = 0x5011
@@ -65,7 +66,7 @@ class Setup:
   params: Any
   param_shardings: Any
   init_info: dict
-  sampler: Sampler
+  sampler: Sampler | ContinuousSampler
   ledger: flops_lib.FlopsLedger
 
 
@@ -94,13 +95,24 @@ def setup(config, workdir: str, show_progress: bool = True) -> Setup:
       config, model_cfg, mesh, tokenizer, train_queries, workdir, show_progress)
   if config.data.rl_pool_size:  # RL and profiling on a prefix; the warm start saw it all
     train_queries = train_queries[:config.data.rl_pool_size]
-  sampler = Sampler(model_cfg, mesh, shardings, rows=config.train.rows_per_batch,
-                    max_prompt_len=s.max_prompt_len, max_new_tokens=s.max_new_tokens,
-                    stop_ids=tokenizer.stop_token_ids, pad_id=tokenizer.pad_id,
-                    bos_id=tokenizer.bos_id, min_prompt_bucket=s.min_prompt_bucket)
+  sampler = make_sampler(config, model_cfg, mesh, shardings, tokenizer)
   return Setup(config, workdir, mesh, tokenizer, model_cfg, train_queries, eval_queries,
                [tokenizer.encode_prompt(q.prompt) for q in train_queries], reward_fn, params,
                shardings, init_info, sampler, flops_lib.FlopsLedger(model_cfg))
+
+
+def make_sampler(config, model_cfg, mesh, shardings, tokenizer) -> Sampler | ContinuousSampler:
+  """The generator behind profiling, rollouts and eval (`sampling.engine`)."""
+  s = config.sampling
+  common = dict(max_prompt_len=s.max_prompt_len, max_new_tokens=s.max_new_tokens,
+                stop_ids=tokenizer.stop_token_ids, pad_id=tokenizer.pad_id,
+                bos_id=tokenizer.bos_id)
+  if s.get('engine', 'static') == 'continuous':
+    return ContinuousSampler(model_cfg, mesh, shardings, slots=s.decode_slots,
+                             queue_rows=config.train.rows_per_batch,
+                             prefill_step=s.prefill_step, **common)
+  return Sampler(model_cfg, mesh, shardings, rows=config.train.rows_per_batch,
+                 min_prompt_bucket=s.min_prompt_bucket, **common)
 
 
 def run_profile(su: Setup, show_progress: bool = True) -> sgpo_lib.Allocation:
@@ -203,6 +215,15 @@ def train_batch(su: Setup, layout, rollout) -> dict[str, np.ndarray]:
   return batch
 
 
+def _useful_shares(ledger, tokens_before) -> dict[str, float]:
+  """This step's real tokens over the token slots computed, for rollout and train."""
+  shares = {}
+  for category, (computed0, useful0) in tokens_before.items():
+    computed, useful = ledger.tokens(category)
+    shares[f'useful_share_{category}'] = (useful - useful0) / max(computed - computed0, 1)
+  return shares
+
+
 def run_eval(su: Setup, params, step: int) -> dict[str, float]:
   rng = jax.random.fold_in(jax.random.key(su.config.seed), EVAL_STREAM)
   return evaluate_lib.evaluate(su.sampler, params, su.eval_queries, su.tokenizer, su.reward_fn,
@@ -273,6 +294,7 @@ def run(config, workdir: str, stop_after: str | None = None, show_progress: bool
              disable=not show_progress)
   while step < num_steps and stop_reason is None:
     step_start = time.time()
+    tokens_before = {c: su.ledger.tokens(c) for c in ('rollout', 'train')}
     params = state['params']
     collected = collect_batch(su, allocator, params, step)
     if collected is None:
@@ -294,7 +316,7 @@ def run(config, workdir: str, stop_after: str | None = None, show_progress: bool
       state, step_metrics = learner.train_step(state, batch)
     step_metrics = jax.device_get(step_metrics)
     learner_lib.check_finite(step_metrics, step + 1)
-    su.ledger.add_train(rows, seq_len, valid_rows, passes=t.mu)
+    learner.count_train(su.ledger, rows, seq_len, valid_rows, passes=t.mu)
     step += 1
 
     valid = np.asarray(layout.valid_R, bool)
@@ -310,7 +332,7 @@ def run(config, workdir: str, stop_after: str | None = None, show_progress: bool
         'group_size_mean': float(np.asarray(layout.row_group_size_R)[valid].mean())
         if valid.any() else 0.0,
         'completion_len_mean': completion_tokens / max(valid_rows, 1),
-        'seconds': seconds, **info,
+        'seconds': seconds, **info, **_useful_shares(su.ledger, tokens_before),
         **{k: float(v) for k, v in step_metrics.items()},
     }
     if p_hat_by_query is not None:
