@@ -5,7 +5,12 @@ One jitted call serves a queue of `queue_rows` prompts (left-padded to `max_prom
 
     while a slot is busy or a prompt waits:
       while a slot is free and a prompt waits: prefill it into that slot   (one prompt at a time)
-      one decode step for all `slots` slots, each at its own cache position
+      one decode step for the first `width` slots, each at its own cache position
+
+Once the queue is empty the batch drains: whenever at most half of the current width is
+busy, busy slots are moved to the front (cache rows included) and the width halves
+(slots, slots/2, ..., 1: one `lax.switch` branch each), so a long last row does not keep
+`slots` rows of decode running.
 
 The KV cache is `[slots, max_prompt_len + max_new_tokens]`; a prompt is prefilled as a
 `[1, b]` forward in the smallest static prefill bucket b that holds it (`prefill_buckets`,
@@ -47,6 +52,14 @@ def prefill_buckets(max_prompt_len: int, step: int) -> tuple[int, ...]:
   return tuple(range(step, max_prompt_len, step)) + (max_prompt_len,)
 
 
+def decode_widths(slots: int) -> tuple[int, ...]:
+  """slots, slots // 2, ... down to 1: the decode batch widths of the drain phase."""
+  widths = [slots]
+  while widths[-1] > 1:
+    widths.append(widths[-1] // 2)
+  return tuple(widths)
+
+
 class ContinuousSampler:
   """Drop-in for `sampling.Sampler` (same `sample` / `generate` results); see module doc."""
 
@@ -66,6 +79,7 @@ class ContinuousSampler:
     self.pad_id = pad_id
     self.bos_id = pad_id if bos_id is None else bos_id
     self.buckets = prefill_buckets(max_prompt_len, prefill_step)
+    self.widths = decode_widths(slots)
     self.model = model_lib.Transformer(cfg)
     self.traces = 0
     rep = sharding_lib.replicated(mesh)
@@ -104,6 +118,7 @@ class ContinuousSampler:
     Q, C = prompts_QxP.shape[0], P + N
     stop_ids = jnp.asarray(self.stop_ids)
     buckets = jnp.asarray(self.buckets, jnp.int32)
+    widths = jnp.asarray(self.widths, jnp.int32)
     branches = [functools.partial(self._prefill_branch, params, b) for b in self.buckets]
     key_of = lambda row, t: jax.random.fold_in(jax.random.fold_in(rng, row), t)  # noqa: E731
 
@@ -134,26 +149,51 @@ class ContinuousSampler:
     def can_prefill(st):
       return jnp.any(st['slot_q_S'] < 0) & (st['next_q'] < n_real)
 
-    def decode_step(st):
-      active_S = st['slot_q_S'] >= 0
-      t_S = jnp.where(active_S, st['slot_t_S'], 1)
-      hidden, cache = self.model.apply(
-          {'params': params}, st['token_S'][:, None], (st['plen_S'] + t_S - 1)[:, None],
-          st['kv_mask_SxC'], st['cache'], P + t_S - 1)
-      logits_SxV = model_lib.logits_from_hidden(params, cfg, hidden)[:, 0]
-      rows_S = row_ids_Q[jnp.maximum(st['slot_q_S'], 0)]
-      keys_S = jax.vmap(key_of)(rows_S, t_S)
-      new_S, logp_S = _pick(logits_SxV, keys_S, temperature, top_p, top_k)
-      q_S = jnp.where(active_S, st['slot_q_S'], Q)  # Q: out of range, the write is dropped
-      done_S = active_S & (jnp.isin(new_S, stop_ids) | (t_S + 1 >= N))
+    def decode_width(width, st):
+      """One decode step for slots [0, width); the others are idle (tail mode)."""
+      part = lambda x: x[:width]  # noqa: E731
+      active_W = part(st['slot_q_S']) >= 0
+      t_W = jnp.where(active_W, part(st['slot_t_S']), 1)
+      k_cache, v_cache = st['cache']
+      hidden, (k_w, v_w) = self.model.apply(
+          {'params': params}, part(st['token_S'])[:, None], (part(st['plen_S']) + t_W - 1)[:, None],
+          part(st['kv_mask_SxC']), (k_cache[:, :width], v_cache[:, :width]), P + t_W - 1)
+      cache = (jax.lax.dynamic_update_slice(k_cache, k_w, (0, 0, 0, 0, 0)),
+               jax.lax.dynamic_update_slice(v_cache, v_w, (0, 0, 0, 0, 0)))
+      logits_WxV = model_lib.logits_from_hidden(params, cfg, hidden)[:, 0]
+      rows_W = row_ids_Q[jnp.maximum(part(st['slot_q_S']), 0)]
+      new_W, logp_W = _pick(logits_WxV, jax.vmap(key_of)(rows_W, t_W), temperature, top_p,
+                            top_k)
+      q_W = jnp.where(active_W, part(st['slot_q_S']), Q)  # Q: out of range, write dropped
+      done_W = active_W & (jnp.isin(new_W, stop_ids) | (t_W + 1 >= N))
       return dict(
-          st, cache=cache, token_S=new_S, slot_t_S=t_S + 1,
-          slot_q_S=jnp.where(done_S, -1, st['slot_q_S']),
-          tokens_QxN=st['tokens_QxN'].at[q_S, t_S].set(new_S, mode='drop'),
-          logps_QxN=st['logps_QxN'].at[q_S, t_S].set(logp_S, mode='drop'),
-          mask_QxN=st['mask_QxN'].at[q_S, t_S].set(1, mode='drop'),
+          st, cache=cache, token_S=st['token_S'].at[:width].set(new_W),
+          slot_t_S=st['slot_t_S'].at[:width].set(t_W + 1),
+          slot_q_S=st['slot_q_S'].at[:width].set(jnp.where(done_W, -1, part(st['slot_q_S']))),
+          tokens_QxN=st['tokens_QxN'].at[q_W, t_W].set(new_W, mode='drop'),
+          logps_QxN=st['logps_QxN'].at[q_W, t_W].set(logp_W, mode='drop'),
+          mask_QxN=st['mask_QxN'].at[q_W, t_W].set(1, mode='drop'),
           decode_steps=st['decode_steps'] + 1,
-          busy_slot_steps=st['busy_slot_steps'] + jnp.sum(active_S.astype(jnp.int32)))
+          decode_slot_steps=st['decode_slot_steps'] + width,
+          busy_slot_steps=st['busy_slot_steps'] + jnp.sum(active_W.astype(jnp.int32)))
+
+    def compact(st):
+      """Queue empty and at most half the width busy: busy slots first, narrower width."""
+      active_S = st['slot_q_S'] >= 0
+      order_S = jnp.argsort(~active_S, stable=True)
+      k_cache, v_cache = st['cache']
+      n_active = jnp.sum(active_S.astype(jnp.int32))
+      width = jnp.min(jnp.where(widths >= n_active, widths, S))
+      moved = {k: st[k][order_S] for k in ('kv_mask_SxC', 'slot_q_S', 'slot_t_S', 'token_S',
+                                           'plen_S')}
+      return dict(st, cache=(k_cache[:, order_S], v_cache[:, order_S]), width=width, **moved)
+
+    def decode_step(st):
+      n_active = jnp.sum((st['slot_q_S'] >= 0).astype(jnp.int32))
+      shrink = (st['next_q'] >= n_real) & (2 * n_active <= st['width']) & (st['width'] > 1)
+      st = jax.lax.cond(shrink, compact, lambda x: x, st)
+      w_idx = jnp.argmax(widths == st['width'])
+      return jax.lax.switch(w_idx, [functools.partial(decode_width, w) for w in self.widths], st)
 
     def body(st):
       st = jax.lax.while_loop(can_prefill, prefill_one, st)
@@ -170,10 +210,10 @@ class ContinuousSampler:
         tokens_QxN=jnp.full((Q, N), self.pad_id, jnp.int32),
         logps_QxN=jnp.zeros((Q, N), jnp.float32), mask_QxN=jnp.zeros((Q, N), jnp.int32),
         prefills_B=jnp.zeros((len(self.buckets),), jnp.int32), decode_steps=jnp.int32(0),
-        busy_slot_steps=jnp.int32(0))
+        decode_slot_steps=jnp.int32(0), busy_slot_steps=jnp.int32(0), width=jnp.int32(S))
     st = jax.lax.while_loop(cond, body, state)
-    work = dict(prefills_B=st['prefills_B'], decode_steps=st['decode_steps'],
-                busy_slot_steps=st['busy_slot_steps'])
+    work = {k: st[k] for k in ('prefills_B', 'decode_steps', 'decode_slot_steps',
+                               'busy_slot_steps')}
     return st['tokens_QxN'], st['mask_QxN'], jnp.sum(st['mask_QxN'], axis=1), st['logps_QxN'], work
 
   # ------------------------------------------------------------------ host side
@@ -221,7 +261,7 @@ class ContinuousSampler:
 
   def count_generation(self, ledger, category: str, out: SampleOutput, num_prompts: int) -> None:
     """Ledger entry of every call behind `out`: computed = prefills in their buckets plus
-    `slots` rows per decode step over the full cache; useful = the real prompt tokens and
+    the decode width of every step over the full cache; useful = the real prompt tokens and
     the fed-back generated tokens inside that work."""
     del num_prompts
     cfg, cache_len = self.cfg, self.max_prompt_len + self.max_new_tokens
@@ -237,7 +277,7 @@ class ContinuousSampler:
         bucket = self.buckets[self.bucket_index(plen)]
         useful += plen * flops_lib.forward_flops_per_token(cfg, bucket)
         useful_tokens += plen
-      decode_slots = int(work['decode_steps']) * self.slots
+      decode_slots = int(work['decode_slot_steps'])
       fed_back = int(np.sum(np.maximum(work['completion_lens'] - 1, 0)))
       computed += decode_slots * decode_flops
       useful += fed_back * decode_flops

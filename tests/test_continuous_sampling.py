@@ -85,8 +85,11 @@ def test_ledger_counts_real_tokens(cfg, params, continuous):
   computed, useful = ledger.tokens('rollout')
   # Useful: every prompt token plus every generated token but each row's last one.
   assert useful == sum([3, 8, 5, 1, 6]) + int(np.sum(out.lengths_R - 1))
-  # Computed: prompts in their buckets (4 or 8) plus 3 slots per decode step.
-  assert computed == (4 * 2 + 8 * 3) + 3 * int(work['decode_steps'])
+  # Computed: prompts in their buckets (4 or 8) plus the decode width of each step (3, then
+  # narrower once the queue is empty: widths 3, 1).
+  assert computed == (4 * 2 + 8 * 3) + int(work['decode_slot_steps'])
+  assert int(work['decode_steps']) <= int(work['decode_slot_steps']) <= 3 * int(
+      work['decode_steps'])
   assert work['prefills_B'].tolist() == [2, 3]
   # Busy slot-steps are exactly the fed-back tokens: no slot decodes past its stop.
   assert int(work['busy_slot_steps']) == int(np.sum(out.lengths_R - 1))
