@@ -14,11 +14,13 @@ Any field can be overridden: `--config.train.num_steps=50 --config.seed=1`.
 
 import ml_collections
 
+from sgpo_jax.config_args import parse_arg
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = dict(kv.split('=', 1) for kv in arg.split(',') if kv) if arg else {}
+  args = parse_arg(arg, method='sgpo', runlocal=False)
   c = ml_collections.ConfigDict()
-  c.method = args.get('method', 'sgpo')  # sgpo | grpo | dapo: the allocator over the RL loop
+  c.method = args['method']  # sgpo | grpo | dapo: the allocator over the RL loop
   c.seed = 0
   c.dry_run = False  # build abstractly, print memory/FLOPs table, exit
 
@@ -162,7 +164,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.eval.every_steps = 10
   c.eval.pass_k = 0  # >0: also pass@k at temperature sampling.temperature
 
-  if args.get('runlocal'):
+  if args['runlocal']:
     c.data.num_train = 512
     c.data.num_eval = 128
     c.warm_start.steps = 150
