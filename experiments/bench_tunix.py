@@ -45,8 +45,11 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument('--shapes', default='fixed,long')
   p.add_argument('--shape', default='fixed', help='(side runs) one of ' + ', '.join(SHAPES))
   p.add_argument('--steps', type=int, default=5, help='RL steps per side, incl. 2 warm-up')
-  p.add_argument('--engine', default='static', choices=('static', 'continuous'))
-  p.add_argument('--packing', type=int, default=0)
+  p.add_argument('--engine', default='static', choices=('static', 'continuous'),
+                 help='(sgpo side) sampler engine')
+  p.add_argument('--packing', type=int, default=0, help='(sgpo side) packed train step')
+  p.add_argument('--variants', default='static,continuous+packed',
+                 help='(driver) sgpo_jax variants to run against the one Tunix run per shape')
   p.add_argument('--slots', type=int, default=32)
   p.add_argument('--tunix_python', default='/work/venv_tunix/bin/python')
   p.add_argument('--out', default='')
@@ -192,9 +195,10 @@ def run_sgpo(args) -> dict:
           'seconds_per_rl_step': clock.seconds_per_step()}
 
 
-def run_side(python: str, side: str, shape: str, args) -> dict:
+def run_side(python: str, side: str, shape: str, args, engine: str = 'static',
+             packing: bool = False) -> dict:
   cmd = [python, os.path.abspath(__file__), '--side', side, '--shape', shape,
-         '--steps', str(args.steps), '--engine', args.engine, '--packing', str(args.packing),
+         '--steps', str(args.steps), '--engine', engine, '--packing', str(int(packing)),
          '--slots', str(args.slots)]
   proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
   lines = [ln for ln in proc.stdout.splitlines() if ln.startswith('{')]
@@ -218,12 +222,18 @@ def main(argv=None) -> list[dict]:
   for shape in args.shapes.split(','):
     if shape not in SHAPES:
       raise SystemExit(f'unknown shape {shape!r}; use {sorted(SHAPES)}')
-    ours = run_side(sys.executable, 'sgpo', shape, args)
+    ours = {}
+    for variant in args.variants.split(','):
+      engine = 'continuous' if variant.startswith('continuous') else 'static'
+      ours[variant] = run_side(sys.executable, 'sgpo', shape, args, engine,
+                               packing=variant.endswith('packed'))
     theirs = run_side(args.tunix_python, 'tunix', shape, args)
     row = {'shape': shape, 'prompt_len': SHAPES[shape][0], 'new_tokens': SHAPES[shape][1],
            'sgpo': ours, 'tunix': theirs, 'load_average': os.getloadavg()[0]}
-    if 'error' not in ours and 'error' not in theirs:
-      row['speedup_vs_tunix'] = theirs['seconds_per_rl_step'] / ours['seconds_per_rl_step']
+    for variant, result in ours.items():
+      if 'error' not in result and 'error' not in theirs:
+        row[f'speedup_vs_tunix[{variant}]'] = (theirs['seconds_per_rl_step'] /
+                                               result['seconds_per_rl_step'])
     results.append(row)
     print(json.dumps(row))
   if args.out:
