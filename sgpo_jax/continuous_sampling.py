@@ -42,7 +42,7 @@ from jax.sharding import Mesh
 from sgpo_jax import flops as flops_lib
 from sgpo_jax import model as model_lib
 from sgpo_jax import sharding as sharding_lib
-from sgpo_jax.sampling import SampleOutput, _pick
+from sgpo_jax.sampling import SampleOutput, pick_tokens
 
 
 def prefill_buckets(max_prompt_len: int, step: int) -> tuple[int, ...]:
@@ -131,7 +131,7 @@ class ContinuousSampler:
       k_cache, v_cache = st['cache']
       cache = (jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, slot, 0, 0, 0)),
                jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, slot, 0, 0, 0)))
-      token_1, logp_1 = _pick(logits_1xV, key_of(row_ids_Q[q], 0)[None], temperature, top_p,
+      token_1, logp_1 = pick_tokens(logits_1xV, key_of(row_ids_Q[q], 0)[None], temperature, top_p,
                               top_k)
       done = jnp.isin(token_1[0], stop_ids) | (N == 1)
       return dict(
@@ -162,7 +162,7 @@ class ContinuousSampler:
                jax.lax.dynamic_update_slice(v_cache, v_w, (0, 0, 0, 0, 0)))
       logits_WxV = model_lib.logits_from_hidden(params, cfg, hidden)[:, 0]
       rows_W = row_ids_Q[jnp.maximum(part(st['slot_q_S']), 0)]
-      new_W, logp_W = _pick(logits_WxV, jax.vmap(key_of)(rows_W, t_W), temperature, top_p,
+      new_W, logp_W = pick_tokens(logits_WxV, jax.vmap(key_of)(rows_W, t_W), temperature, top_p,
                             top_k)
       q_W = jnp.where(active_W, part(st['slot_q_S']), Q)  # Q: out of range, write dropped
       done_W = active_W & (jnp.isin(new_W, stop_ids) | (t_W + 1 >= N))

@@ -284,7 +284,8 @@ class Learner:
     first = jax.tree.map(lambda x: x[0], buffers)
     metric_shapes = jax.eval_shape(lambda: self._packed_loss(params, first, advantages_R,
                                                              weight_R, denom)[1])
-    fill = lambda k: -jnp.inf if k.endswith('_max') else jnp.inf if k.endswith('_min') else 0.0  # noqa: E731
+    def fill(name):  # identities of merge_loss_metrics: max, min, sum
+      return -jnp.inf if name.endswith('_max') else jnp.inf if name.endswith('_min') else 0.0
     metrics0 = {k: jnp.full(v.shape, fill(k), v.dtype) for k, v in metric_shapes.items()}
     carry0 = (jax.tree.map(jnp.zeros_like, params), jnp.float32(0.0), metrics0)
 

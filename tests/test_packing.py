@@ -11,9 +11,9 @@ import pytest
 from sgpo_jax import flops as flops_lib
 from sgpo_jax import learner as learner_lib
 from sgpo_jax import packing as packing_lib
-from tests.test_learner import P, N, R, make_batch, run_config
-from tests.conftest import mesh_config, tiny_config
 from sgpo_jax import sharding as sharding_lib
+from tests.conftest import mesh_config, tiny_config
+from tests.test_learner import N, P, R, make_batch, run_config
 
 
 def test_pack_batch_layout_by_hand():

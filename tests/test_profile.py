@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sgpo_jax import flops as flops_lib
+from sgpo_jax.continuous_sampling import ContinuousSampler
 from sgpo_jax import model as model_lib
 from sgpo_jax import profile as profile_lib
 from sgpo_jax import sharding as sharding_lib
@@ -120,11 +121,11 @@ def test_finished_profile_reused_by_a_new_process_still_counts_its_flops(setup, 
 def test_continuous_engine_profiles_exactly_like_static(setup, tmp_path):
   """sampling.engine='continuous' for the profiling pass: the same p_hat for every query,
   and its ledger computes fewer padded token slots for the same useful tokens."""
-  from sgpo_jax.continuous_sampling import ContinuousSampler
   sampler, params, queries, tok = setup
-  shardings = sharding_lib.param_shardings(model_lib.abstract_params(sampler.cfg), sampler.mesh)
-  continuous = ContinuousSampler(sampler.cfg, sampler.mesh, shardings, slots=4, queue_rows=16, max_prompt_len=8, max_new_tokens=4,
-                                 stop_ids=tok.stop_token_ids, pad_id=tok.pad_id,
+  shardings = sharding_lib.param_shardings(model_lib.abstract_params(sampler.cfg),
+                                           sampler.mesh)
+  continuous = ContinuousSampler(sampler.cfg, sampler.mesh, shardings, slots=4, queue_rows=16,
+                                 max_prompt_len=8, max_new_tokens=4, stop_ids=tok.stop_token_ids, pad_id=tok.pad_id,
                                  bos_id=tok.bos_id, prefill_step=4)
   results, ledgers = [], []
   for name, s in (('static', sampler), ('continuous', continuous)):
