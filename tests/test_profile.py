@@ -125,7 +125,8 @@ def test_continuous_engine_profiles_exactly_like_static(setup, tmp_path):
   shardings = sharding_lib.param_shardings(model_lib.abstract_params(sampler.cfg),
                                            sampler.mesh)
   continuous = ContinuousSampler(sampler.cfg, sampler.mesh, shardings, slots=4, queue_rows=16,
-                                 max_prompt_len=8, max_new_tokens=4, stop_ids=tok.stop_token_ids, pad_id=tok.pad_id,
+                                 max_prompt_len=8, max_new_tokens=4,
+                                 stop_ids=tok.stop_token_ids, pad_id=tok.pad_id,
                                  bos_id=tok.bos_id, prefill_step=4)
   results, ledgers = [], []
   for name, s in (('static', sampler), ('continuous', continuous)):
