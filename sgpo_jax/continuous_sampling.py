@@ -61,7 +61,7 @@ def decode_widths(slots: int) -> tuple[int, ...]:
 
 
 class ContinuousSampler:
-  """Drop-in for `sampling.Sampler` (same `sample` / `generate` results); see module doc."""
+  """Drop-in for `sampling.Sampler` where runs call it (`sample`, `rows`, `compile_count`)."""
 
   def __init__(self, cfg: model_lib.ModelConfig, mesh: Mesh, param_shardings, *, slots: int,
                queue_rows: int, max_prompt_len: int, max_new_tokens: int,
