@@ -124,7 +124,8 @@ def run_tunix(args) -> dict:
       actor_optimizer=optax.adamw(1e-5), eval_every_n_steps=10_000, max_steps=args.steps)
   rollout = base_rollout.RolloutConfig(
       max_tokens_to_generate=new_tokens, max_prompt_length=prompt_len,
-      kv_cache_size=prompt_len + new_tokens + 8, temperature=1.0, top_p=1.0, top_k=None)
+      # Tunix pads prompts to a bucket (up to 2x) before its cache check.
+      kv_cache_size=2 * prompt_len + new_tokens + 64, temperature=1.0, top_p=1.0, top_k=None)
   roles = rl_cluster_lib.Role
   cluster = rl_cluster_lib.RLCluster(
       actor=actor, reference=actor, tokenizer=WordTokenizer(),
