@@ -134,6 +134,10 @@ class Learner:
     self.logprob_traces = 0
     self.pack_shape = None
     if self.settings.packing:
+      if jax.process_count() > 1:
+        raise ValueError('train.packing=True runs within one process (the packed buffers are '
+                         'replicated, not split by process); set train.packing=False for '
+                         'multi-process runs.')
       s = config.sampling
       self.pack_shape = packing_lib.PackShape.for_batch(
           int(config.train.rows_per_batch), int(s.max_prompt_len) + int(s.max_new_tokens),
