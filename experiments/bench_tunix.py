@@ -197,10 +197,10 @@ def run_sgpo(args) -> dict:
 
 
 def run_side(python: str, side: str, shape: str, args, engine: str = 'static',
-             packing: bool = False) -> dict:
+             packing: bool = False, slots: int = 32) -> dict:
   cmd = [python, os.path.abspath(__file__), '--side', side, '--shape', shape,
          '--steps', str(args.steps), '--engine', engine, '--packing', str(int(packing)),
-         '--slots', str(args.slots)]
+         '--slots', str(slots)]
   proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
   lines = [ln for ln in proc.stdout.splitlines() if ln.startswith('{')]
   if proc.returncode or not lines:
@@ -225,9 +225,11 @@ def main(argv=None) -> list[dict]:
       raise SystemExit(f'unknown shape {shape!r}; use {sorted(SHAPES)}')
     ours = {}
     for variant in args.variants.split(','):
+      # 'static', 'continuous+packed', 'continuous@64+packed' (@N: N decode slots)
       engine = 'continuous' if variant.startswith('continuous') else 'static'
+      slots = int(variant.split('@')[1].split('+')[0]) if '@' in variant else args.slots
       ours[variant] = run_side(sys.executable, 'sgpo', shape, args, engine,
-                               packing=variant.endswith('packed'))
+                               packing=variant.endswith('packed'), slots=slots)
     theirs = run_side(args.tunix_python, 'tunix', shape, args)
     row = {'shape': shape, 'prompt_len': SHAPES[shape][0], 'new_tokens': SHAPES[shape][1],
            'sgpo': ours, 'tunix': theirs, 'load_average': os.getloadavg()[0]}
