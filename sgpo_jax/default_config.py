@@ -6,7 +6,8 @@ Runs end to end on a 2-core CPU in about ten minutes, no downloads:
 
     python -m sgpo_jax.main --config configs/default.py --workdir /tmp/sgpo_default
 
-Variants (big_vision style arg string): `configs/default.py:method=grpo,runlocal=1`
+Variants (arg string, parsed strictly by `config_args.parse_arg`; an unknown key is an
+error): `configs/default.py:method=grpo,runlocal=1`
   method=sgpo|grpo|dapo   which allocator drives the RL loop
   runlocal=1              shrink everything for a smoke run (tests, notebooks)
 Any field can be overridden: `--config.train.num_steps=50 --config.seed=1`.
