@@ -218,9 +218,22 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
         f'sampling.max_prompt_len + sampling.max_new_tokens = {s.max_prompt_len} + '
         f'{s.max_new_tokens} = {total_len} exceeds model.max_len={m.max_len}; shorten '
         'the sampling lengths or raise model.max_len.')
-  for name in ('max_prompt_len', 'max_new_tokens'):
+  for name in ('max_prompt_len', 'max_new_tokens', 'decode_slots', 'prefill_step'):
     if s[name] < 1:
       raise ValueError(f'sampling.{name}={s[name]} must be >= 1.')
+  if s.engine not in ('static', 'continuous'):
+    raise ValueError(f"sampling.engine={s.engine!r}: choose 'static' or 'continuous'.")
+  if t.pack_rows < 1:
+    raise ValueError(f'train.pack_rows={t.pack_rows} must be >= 1.')
+  if t.pack_len and t.pack_len < total_len:
+    raise ValueError(f'train.pack_len={t.pack_len} is shorter than a padded row '
+                     f'(max_prompt_len + max_new_tokens = {total_len}); set it >= {total_len} '
+                     'or 0.')
+  if t.packing and t.importance_level == 'sequence':
+    # A packed row holds several sequences; GSPO's ratio is a mean over one sequence.
+    raise ValueError('train.packing=True with train.importance_level=sequence: the packed '
+                     'step has no per-sequence ratio yet; set train.packing=False or '
+                     'importance_level=token.')
   for name, check in SECTION_CHECKS.items():
     check(config[name])
   check_ranges(config)

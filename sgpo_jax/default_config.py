@@ -92,6 +92,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sampling.temperature = 1.0
   c.sampling.top_p = 1.0
   c.sampling.top_k = 0  # 0 = off
+  # static: one batch runs until its longest row stops; continuous: `decode_slots` slots that
+  # take the next prompt as soon as their row stops (same completions per row id).
+  c.sampling.engine = 'static'  # static | continuous (profiling, rollouts and eval)
+  c.sampling.decode_slots = 32  # continuous: rows decoded together
+  c.sampling.prefill_step = 16  # continuous: prefill buckets are multiples of this
 
   # Supervised warm start that makes the "pretrained" initial policy (cached).
   c.warm_start = ml_collections.ConfigDict()
@@ -150,6 +155,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.kl_coef = 0.0  # 0 = no reference model kept or run
   c.train.kl_form = 'k3'  # k1 | k3
   c.train.logprob_chunk = 0  # tokens per chunk for log-probs; 0 = whole sequence
+  # Packed train step: real tokens only, rows laid end to end with segment ids (same loss).
+  c.train.packing = False
+  c.train.pack_rows = 1  # packed rows per buffer (a scan runs over the buffers)
+  c.train.pack_len = 0  # tokens per packed row; 0 = max_prompt_len + max_new_tokens
   c.train.early_stop = ml_collections.ConfigDict()
   c.train.early_stop.enabled = False
   # 'trend': on eval accuracy, stop once a line through the evals of the last

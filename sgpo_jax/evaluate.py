@@ -51,9 +51,21 @@ def count_generation(ledger, category: str, sampler: Sampler, out, num_prompts: 
   """Adds the FLOPs of every sampler call behind `out` (filler rows included as computed)."""
   if ledger is None:
     return
+  if hasattr(sampler, 'count_generation'):  # the continuous sampler counts its own work
+    sampler.count_generation(ledger, category, out, num_prompts)
+    return
+  lengths = np.asarray(out.lengths_R)
+  prompt_lens = (np.zeros_like(lengths) if out.prompt_lens_R is None
+                 else np.asarray(out.prompt_lens_R))
   for call, (bucket, steps) in enumerate(out.calls):
     valid = min(sampler.rows, num_prompts - call * sampler.rows)
     # The prefill emits the first token; the loop ran steps - 1 single-token decode steps.
     ledger.add_generation(category, rows=sampler.rows, prompt_len=bucket,
                           new_tokens=max(steps - 1, 0),
                           valid_rows=valid, cache_len=bucket + sampler.max_new_tokens)
+    # Token slots: the prefill rectangle plus every row per decode step; useful: the real
+    # prompt tokens and the generated tokens fed back (each but the last).
+    lens = lengths[call * sampler.rows:call * sampler.rows + valid]
+    ledger.add_tokens(category, sampler.rows * (bucket + max(steps - 1, 0)),
+                      int(np.sum(prompt_lens[call * sampler.rows:call * sampler.rows + valid]))
+                      + int(np.sum(np.maximum(lens - 1, 0))))

@@ -9,7 +9,9 @@ Owns the FLOPs accounting of a run:
   term over the FULL static context (our attention computes over the whole static length:
   pass T for a full [B, T] forward, the KV-cache size for a decode step).
 - `FlopsLedger`: cumulative FLOPs per category, both 'computed' (every row, padding
-  included: what the hardware does) and 'useful' (valid rows only).
+  included: what the hardware does) and 'useful' (valid rows only for the static layouts,
+  real tokens only for the continuous sampler and the packed train step), plus token
+  counts per category (token slots computed vs real tokens in them): the useful-token share.
 - `xla_flops`: XLA's own cost analysis of a jitted function, for cross-checks.
 
 Per token: forward = 2 * P_matmul_nonembed + 2 * D * V (lm-head logits) +
@@ -106,6 +108,26 @@ class FlopsLedger:
     self.model_cfg = model_cfg
     self._computed = {c: 0.0 for c in CATEGORIES}
     self._useful = {c: 0.0 for c in CATEGORIES}
+    self._tokens_computed = {c: 0 for c in CATEGORIES}
+    self._tokens_useful = {c: 0 for c in CATEGORIES}
+
+  def add_tokens(self, category: str, computed: int, useful: int) -> None:
+    """Token slots the hardware ran (prefill bucket slots, decode slots, train rectangle)
+    and the real tokens among them (prompt tokens, fed-back completion tokens)."""
+    if category not in CATEGORIES:
+      raise ValueError(f'FLOPs category {category!r} is not one of {CATEGORIES}')
+    if computed < 0 or not 0 <= useful <= computed:
+      raise ValueError(f'need 0 <= useful tokens ({useful}) <= computed tokens ({computed})')
+    self._tokens_computed[category] += int(computed)
+    self._tokens_useful[category] += int(useful)
+
+  def tokens(self, category: str) -> tuple[int, int]:
+    """(computed token slots, useful tokens) of a category so far."""
+    return self._tokens_computed[category], self._tokens_useful[category]
+
+  def useful_token_share(self, category: str) -> float:
+    computed, useful = self.tokens(category)
+    return useful / computed if computed else 0.0
 
   def add(self, category: str, computed: float, useful: float) -> None:
     if category not in CATEGORIES:
@@ -160,7 +182,9 @@ class FlopsLedger:
     return out
 
   def state_dict(self) -> dict[str, dict[str, float]]:
-    return {'computed': dict(self._computed), 'useful': dict(self._useful)}
+    return {'computed': dict(self._computed), 'useful': dict(self._useful),
+            'tokens_computed': dict(self._tokens_computed),
+            'tokens_useful': dict(self._tokens_useful)}
 
   def load_state_dict(self, state: Mapping[str, Mapping[str, float]]) -> None:
     for part in ('computed', 'useful'):
@@ -169,6 +193,10 @@ class FlopsLedger:
         raise ValueError(f'FLOPs state {part!r} lacks categories {sorted(missing)}')
     self._computed = {c: float(state['computed'][c]) for c in CATEGORIES}
     self._useful = {c: float(state['useful'][c]) for c in CATEGORIES}
+    # Checkpoints written before token counts existed resume with zero counts.
+    self._tokens_computed = {c: int(state.get('tokens_computed', {}).get(c, 0))
+                             for c in CATEGORIES}
+    self._tokens_useful = {c: int(state.get('tokens_useful', {}).get(c, 0)) for c in CATEGORIES}
 
 
 def xla_flops(jitted_fn: Any, *args: Any) -> float:

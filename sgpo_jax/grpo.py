@@ -391,6 +391,7 @@ def policy_loss(
     entropy_RxT: Array | None = None,
     pg_loss: str = 'ppo',
     importance_level: str = 'token',
+    token_weight_RxT: Array | None = None,
 ) -> tuple[Array, Array, dict[str, Array]]:
   """Policy-gradient loss (+ optional KL to a reference) as (sum, denominator).
 
@@ -403,6 +404,11 @@ def policy_loss(
   clip_eps_low, 1 + clip_eps_high)) * A * logp. Tokens count where completion_mask_RxT and
   valid_R are both true. Both ratios and both losses are per row, so micro-batching by rows
   stays exact.
+
+  Packed rows (several sequences per row): pass per-token advantages [R, T] and
+  `token_weight_RxT` (each token's share of its sequence's aggregation, e.g. 1 / its
+  sequence's token count for seq_mean_token_mean) with loss_agg='token_mean'; the loss sum
+  is then the same as the padded layout's.
 
   KL is added when ref_logp_RxT is given (kl_coef may then be traced); kl_coef == 0.0 as a
   Python number skips it. kl_form: 'k1' = logp - ref, 'k3' = exp(ref - logp) - (ref - logp) - 1.
@@ -431,7 +437,8 @@ def policy_loss(
   old_logp_RxT = jnp.asarray(old_logp_RxT, jnp.float32)
   valid_f_R = jnp.asarray(valid_R, jnp.float32)
   mask_RxT = _token_mask(completion_mask_RxT, valid_R)
-  adv_Rx1 = jnp.asarray(advantages_R, jnp.float32)[:, None]
+  adv_Rx1 = jnp.asarray(advantages_R, jnp.float32)
+  adv_Rx1 = adv_Rx1 if adv_Rx1.ndim == 2 else adv_Rx1[:, None]  # [R, T] when packed
 
   log_ratio_RxT = logp_RxT - old_logp_RxT
   ratio_RxT = jnp.exp(IMPORTANCE_RATIOS[importance_level](logp_RxT, old_logp_RxT, mask_RxT,
@@ -445,6 +452,8 @@ def policy_loss(
 
   # where(), not multiply: a padding token holding inf/NaN garbage must not leak into sums.
   masked_loss_RxT = jnp.where(mask_RxT > 0, token_loss_RxT, 0.0)
+  if token_weight_RxT is not None:
+    masked_loss_RxT = masked_loss_RxT * token_weight_RxT
   loss_sum = jnp.sum(jnp.where(valid_f_R > 0, agg.row_sum(masked_loss_RxT, mask_RxT,
                                                            max_new_tokens), 0.0))
   loss_denom = agg.denominator(mask_RxT, valid_f_R)

@@ -7,6 +7,11 @@ serves every batch of the run; `Learner.compile_count` proves it.
 
 Token t's log-prob is read from hidden state t-1, so the per-token arrays the loss sees
 are `[R, T-1]` ("target" positions).
+
+With `train.packing` the step instead runs on `packing.pack_batch`'s fixed
+`[buffers, pack_rows, pack_len]` buffers of real tokens (segment ids keep rows apart):
+a scan over the buffers accumulates gradients, skipping empty buffers at run time, so one
+compilation still serves every batch, and loss and gradients equal the padded step's.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 
+from sgpo_jax import flops as flops_lib
 from sgpo_jax import grpo
 from sgpo_jax import model as model_lib
+from sgpo_jax import packing as packing_lib
 from sgpo_jax import sharding as sharding_lib
 
 
@@ -86,6 +93,9 @@ class LossSettings:
   micro_batches: int
   max_new_tokens: int
   temperature: float
+  packing: bool = False
+  pack_rows: int = 1
+  pack_len: int = 0
 
   @classmethod
   def from_config(cls, config) -> 'LossSettings':
@@ -96,7 +106,9 @@ class LossSettings:
                logratio_clamp=float(t.logratio_clamp), kl_coef=float(t.kl_coef),
                kl_form=t.kl_form, logprob_chunk=int(t.logprob_chunk),
                micro_batches=int(t.micro_batches), max_new_tokens=int(config.sampling.max_new_tokens),
-               temperature=float(config.sampling.temperature) or 1.0)
+               temperature=float(config.sampling.temperature) or 1.0,
+               packing=bool(t.get('packing', False)), pack_rows=int(t.get('pack_rows', 1)),
+               pack_len=int(t.get('pack_len', 0)))
 
 
 def sequence_logprobs(model: model_lib.Transformer, params, tokens_RxT, mask_RxT,
@@ -123,6 +135,17 @@ class Learner:
     self.param_shardings = param_shardings
     self.traces = 0
     self.logprob_traces = 0
+    self.pack_shape = None
+    if self.settings.packing:
+      if jax.process_count() > 1:
+        raise ValueError('train.packing=True runs within one process (the packed buffers are '
+                         'replicated, not split by process); set train.packing=False for '
+                         'multi-process runs.')
+      s = config.sampling
+      self.pack_shape = packing_lib.PackShape.for_batch(
+          int(config.train.rows_per_batch), int(s.max_prompt_len) + int(s.max_new_tokens),
+          self.settings.pack_rows, self.settings.pack_len)
+    self.last_tokens = (0, 0)  # (computed, useful) input tokens of the last train step
     self._state_shardings = None
     self._train_jit = None
     self._logprob_jit = jax.jit(
@@ -149,6 +172,11 @@ class Learner:
     b2 = sharding_lib.batch_sharding(self.mesh, 2)
     batch_shardings = dict(tokens_RxT=b2, mask_RxT=b2, completion_mask_RxT1=b2, old_logp_RxT1=b2,
                            ref_logp_RxT1=b2, rewards_R=b1, group_id_R=b1, valid_R=b1)
+    if self.pack_shape is not None:
+      rep = sharding_lib.replicated(self.mesh)
+      self._packed_jit = jax.jit(self._packed_train_step,
+                                 in_shardings=(self._state_shardings, rep),
+                                 out_shardings=(self._state_shardings, rep), donate_argnums=(0,))
     self._batch_keys = tuple(batch_shardings)
     self._train_jit = jax.jit(
         self._train_step, in_shardings=(self._state_shardings, batch_shardings),
@@ -220,13 +248,100 @@ class Learner:
     out['grad_norm'] = optax.tree.norm(grads)
     return {'params': params, 'opt_state': opt_state}, out
 
+  def _packed_loss(self, params, buf, advantages_R, weight_R, denom):
+    s = self.settings
+    cfg = self.cfg
+    seg_BxL1 = buf['segment_ids_MxBxL'][:, :-1]
+    hidden, _ = self.model.apply({'params': params}, buf['tokens_MxBxL'][:, :-1],
+                                 buf['positions_MxBxL'][:, :-1], seg_BxL1 > 0,
+                                 segment_ids_BxT=seg_BxL1)
+    head_DxV = model_lib.lm_head_DxV(params, cfg).astype(jnp.dtype(cfg.dtype))
+    logp, entropy = grpo.token_logprobs(hidden / s.temperature, head_DxV,
+                                        buf['tokens_MxBxL'][:, 1:], s.logprob_chunk)
+    row_BxL1 = buf['row_MxBxL1']
+    use_kl = s.kl_coef > 0
+    loss_sum, _, metrics = grpo.policy_loss(
+        logp, buf['old_logp_MxBxL1'], advantages_R[row_BxL1], buf['completion_mask_MxBxL1'],
+        jnp.ones(row_BxL1.shape[:1], bool), clip_eps_low=s.clip_eps_low,
+        clip_eps_high=s.clip_eps_high, logratio_clamp=s.logratio_clamp, loss_agg='token_mean',
+        max_new_tokens=s.max_new_tokens, kl_coef=s.kl_coef if use_kl else 0.0,
+        ref_logp_RxT=buf['ref_logp_MxBxL1'] if use_kl else None, kl_form=s.kl_form,
+        entropy_RxT=entropy, token_weight_RxT=weight_R[row_BxL1], pg_loss=s.policy_loss)
+    return loss_sum / jnp.maximum(denom, 1.0), metrics
+
+  def _packed_train_step(self, state, packed):
+    self.traces += 1
+    s = self.settings
+    rows = packed['rewards_R'].shape[0]
+    valid_R = packed['valid_R']
+    advantages_R, adv_stats = grpo.compute_advantages(
+        packed['rewards_R'], packed['group_id_R'], valid_R, rows, s.advantage, s.std_eps)
+    valid_f_R = valid_R.astype(jnp.float32)
+    count_R = packed['completion_len_R'].astype(jnp.float32)
+    # Each token's share of its row's aggregation (see grpo.LOSS_AGGREGATIONS).
+    if s.loss_agg == 'token_mean':
+      weight_R, denom = valid_f_R, jnp.sum(count_R * valid_f_R)
+    elif s.loss_agg == 'seq_mean_token_mean':
+      weight_R, denom = valid_f_R / jnp.maximum(count_R, 1.0), jnp.sum(valid_f_R)
+    else:
+      weight_R, denom = valid_f_R / s.max_new_tokens, jnp.sum(valid_f_R)
+    params = state['params']
+    grad_fn = jax.value_and_grad(self._packed_loss, has_aux=True)
+    buffers = {k: v for k, v in packed.items() if k.endswith(('MxBxL', 'MxBxL1'))}
+    first = jax.tree.map(lambda x: x[0], buffers)
+    metric_shapes = jax.eval_shape(lambda: self._packed_loss(params, first, advantages_R,
+                                                             weight_R, denom)[1])
+    def fill(name):  # identities of merge_loss_metrics: max, min, sum
+      return -jnp.inf if name.endswith('_max') else jnp.inf if name.endswith('_min') else 0.0
+    metrics0 = {k: jnp.full(v.shape, fill(k), v.dtype) for k, v in metric_shapes.items()}
+    carry0 = (jax.tree.map(jnp.zeros_like, params), jnp.float32(0.0), metrics0)
+
+    def accumulate(carry, xs):
+      buf, used = xs
+
+      def run(carry):
+        g_acc, l_acc, m_acc = carry
+        (loss_i, metrics_i), grads_i = grad_fn(params, buf, advantages_R, weight_R, denom)
+        return (jax.tree.map(jnp.add, g_acc, grads_i), l_acc + loss_i,
+                grpo.merge_loss_metrics(m_acc, metrics_i))
+      return jax.lax.cond(used, run, lambda c: c, carry), None
+
+    (grads, loss, metrics), _ = jax.lax.scan(accumulate, carry0, (buffers, packed['used_M']))
+    metrics['seq_count'] = jnp.sum(valid_f_R)
+    updates, opt_state = self.optimizer.update(grads, state['opt_state'], params)
+    params = optax.apply_updates(params, updates)
+    out = dict(grpo.finalize_loss_metrics(metrics))
+    out.update(adv_stats)
+    out['loss'] = loss
+    out['grad_norm'] = optax.tree.norm(grads)
+    return {'params': params, 'opt_state': opt_state}, out
+
   def train_step(self, state, batch_np: dict[str, np.ndarray]):
     """One optimizer update on a host batch; raises NonFiniteError on NaN/Inf."""
     batch_np = dict(batch_np)
     if 'ref_logp_RxT1' not in batch_np:
       batch_np['ref_logp_RxT1'] = np.zeros_like(batch_np['old_logp_RxT1'])
+    if self.pack_shape is not None:
+      # Padding slots are masked by segment id 0, so their token id is irrelevant.
+      packed = packing_lib.pack_batch(batch_np, self.pack_shape, pad_id=0)
+      self.last_tokens = packing_lib.token_counts(packed)
+      return self._packed_jit(state, sharding_lib.replicate(self.mesh, packed))
+    self.last_tokens = packing_lib.padded_token_counts(batch_np)
     batch = sharding_lib.shard_batch(self.mesh, {k: batch_np[k] for k in self._batch_keys})
     return self._train_jit(state, batch)
+
+  def count_train(self, ledger: flops_lib.FlopsLedger, rows: int, seq_len: int,
+                  valid_rows: int, passes: int = 1) -> None:
+    """Ledger entry of the last `train_step` (`passes` times): the padded rectangle as
+    before, or the packed buffers actually run with their real tokens as useful."""
+    computed_tokens, useful_tokens = self.last_tokens
+    if self.pack_shape is None:
+      ledger.add_train(rows, seq_len, valid_rows, passes=passes)
+    else:
+      length = self.pack_shape.length - 1
+      per_token = passes * flops_lib.train_flops_per_token(self.cfg, length)
+      ledger.add('train', computed_tokens * per_token, useful_tokens * per_token)
+    ledger.add_tokens('train', passes * computed_tokens, passes * useful_tokens)
 
 
 def check_finite(metrics: dict[str, Any], step: int) -> None:

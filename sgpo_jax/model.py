@@ -184,9 +184,14 @@ class Attention(nn.Module):
     new_cache = None
     if kv_cache is not None:
       k_cache, v_cache = kv_cache
-      idx = (0, cache_index, 0, 0)
-      k_BxSxKxE = jax.lax.dynamic_update_slice(k_cache, k_BxTxKxE.astype(k_cache.dtype), idx)
-      v_BxSxKxE = jax.lax.dynamic_update_slice(v_cache, v_BxTxKxE.astype(v_cache.dtype), idx)
+      if jnp.ndim(cache_index) == 1:  # one write slot per row (continuous batching)
+        write = jax.vmap(lambda c, x, i: jax.lax.dynamic_update_slice(c, x, (i, 0, 0)))
+        k_BxSxKxE = write(k_cache, k_BxTxKxE.astype(k_cache.dtype), cache_index)
+        v_BxSxKxE = write(v_cache, v_BxTxKxE.astype(v_cache.dtype), cache_index)
+      else:
+        idx = (0, cache_index, 0, 0)
+        k_BxSxKxE = jax.lax.dynamic_update_slice(k_cache, k_BxTxKxE.astype(k_cache.dtype), idx)
+        v_BxSxKxE = jax.lax.dynamic_update_slice(v_cache, v_BxTxKxE.astype(v_cache.dtype), idx)
       new_cache = (k_BxSxKxE, v_BxSxKxE)
     else:
       k_BxSxKxE, v_BxSxKxE = k_BxTxKxE, v_BxTxKxE
@@ -242,12 +247,17 @@ class Transformer(nn.Module):
   `kv_mask_BxS` marks which key slots hold real tokens (False for left padding). Without a
   cache the key slots are the T input positions; with a cache (`cache` = (k, v) stacked over
   layers, [L, B, S, K, E]) the inputs are written at slots [cache_index, cache_index + T) and
-  each query attends to the valid slots up to its own.
+  each query attends to the valid slots up to its own. `cache_index` may be a [B] array: row
+  b writes at its own slot (the continuous sampler's decode step).
+
+  `segment_ids_BxT` (no cache) packs several sequences into one row: a query attends only to
+  earlier keys of its own segment, and segment 0 is padding (packed training).
   """
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens_BxT, positions_BxT, kv_mask_BxS, cache=None, cache_index=0):
+  def __call__(self, tokens_BxT, positions_BxT, kv_mask_BxS, cache=None, cache_index=0,
+               segment_ids_BxT=None):
     cfg = self.cfg
     dtype, pdtype = cfg.dtypes
     embedding_VxD = self.param(
@@ -256,9 +266,18 @@ class Transformer(nn.Module):
 
     t = tokens_BxT.shape[1]
     s = kv_mask_BxS.shape[1]
-    query_slot_T = cache_index + jnp.arange(t)
-    causal_TxS = jnp.arange(s)[None, :] <= query_slot_T[:, None]
-    mask_BxTxS = causal_TxS[None] & kv_mask_BxS[:, None, :]
+    if jnp.ndim(cache_index) == 1:
+      query_slot_BxT = cache_index[:, None] + jnp.arange(t)[None, :]
+      causal_BxTxS = jnp.arange(s)[None, None, :] <= query_slot_BxT[:, :, None]
+    else:
+      query_slot_T = cache_index + jnp.arange(t)
+      causal_BxTxS = (jnp.arange(s)[None, :] <= query_slot_T[:, None])[None]
+    mask_BxTxS = causal_BxTxS & kv_mask_BxS[:, None, :]
+    if segment_ids_BxT is not None:
+      if cache is not None:
+        raise ValueError('segment_ids_BxT (packed rows) is for cache-free forward passes only.')
+      same_BxTxS = segment_ids_BxT[:, :, None] == segment_ids_BxT[:, None, :]
+      mask_BxTxS = mask_BxTxS & same_BxTxS & (segment_ids_BxT[:, None, :] > 0)
 
     block_cls = nn.remat(Block, static_argnums=()) if cfg.remat else Block
     new_k, new_v = [], []

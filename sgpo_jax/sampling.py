@@ -38,7 +38,8 @@ class SampleOutput:
   # Per call: (prompt bucket length, tokens generated before the loop exited). The loop
   # stops when every real row of the call is done (filler rows start done), so this is what the
   # hardware computed; the FLOPs ledger counts it.
-  calls: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+  calls: list = dataclasses.field(default_factory=list)
+  prompt_lens_R: np.ndarray | None = None  # real prompt tokens per row (useful-token counts)
 
 
 def prompt_buckets(max_prompt_len: int, min_prompt_bucket: int = 16) -> tuple[int, ...]:
@@ -64,7 +65,7 @@ def _filter_logits(logits_RxV, top_p, top_k):
   return jnp.where(logits_RxV >= threshold_R, logits_RxV, -jnp.inf)
 
 
-def _pick(logits_RxV, keys_R, temperature, top_p, top_k):
+def pick_tokens(logits_RxV, keys_R, temperature, top_p, top_k):
   greedy = temperature <= 0.0
   scaled_RxV = logits_RxV / jnp.where(greedy, 1.0, temperature)
   logp_all_RxV = jax.nn.log_softmax(scaled_RxV, axis=-1)
@@ -126,7 +127,7 @@ class Sampler:
     stop_ids = jnp.asarray(self.stop_ids)
     prompt_len_R = jnp.sum(prompt_mask_RxP.astype(jnp.int32), axis=1)
 
-    token_R, logp_R = _pick(logits_RxV, step_keys(0), temperature, top_p, top_k)
+    token_R, logp_R = pick_tokens(logits_RxV, step_keys(0), temperature, top_p, top_k)
     used_R = row_ids_R >= 0
     token_R = jnp.where(used_R, token_R, self.pad_id)
     tokens_RxN = jnp.full((rows, n_new), self.pad_id, jnp.int32).at[:, 0].set(token_R)
@@ -144,7 +145,7 @@ class Sampler:
       hidden_Rx1xD, cache = self.model.apply(variables, token_R[:, None], positions_Rx1,
                                              kv_mask_RxS, cache, prompt_len + t - 1)
       logits_RxV = model_lib.logits_from_hidden(params, cfg, hidden_Rx1xD)[:, 0]
-      new_R, logp_R = _pick(logits_RxV, step_keys(t), temperature, top_p, top_k)
+      new_R, logp_R = pick_tokens(logits_RxV, step_keys(t), temperature, top_p, top_k)
       active_R = ~done_R
       new_R = jnp.where(active_R, new_R, self.pad_id)
       tokens_RxN = tokens_RxN.at[:, t].set(new_R)
@@ -210,4 +211,5 @@ class Sampler:
       return SampleOutput(np.zeros((0, n), np.int32), np.zeros((0, n), np.int32),
                           np.zeros((0,), np.int32), np.zeros((0, n), np.float32))
     tokens, mask, lengths, logps = (np.concatenate(parts) for parts in zip(*outputs))
-    return SampleOutput(tokens, mask, lengths, logps, calls)
+    return SampleOutput(tokens, mask, lengths, logps, calls,
+                        np.asarray([len(p) for p in prompts], np.int32))

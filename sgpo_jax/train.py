@@ -49,6 +49,7 @@ from sgpo_jax import sharding as sharding_lib
 from sgpo_jax import tasks
 from sgpo_jax import tokenizer as tokenizer_lib
 from sgpo_jax import warm_start as warm_start_lib
+from sgpo_jax.continuous_sampling import ContinuousSampler
 from sgpo_jax.sampling import Sampler
 from sgpo_jax.scaling_law import early_stop as early_stop_lib
 
@@ -71,7 +72,7 @@ class Setup:
   params: Any
   param_shardings: Any
   init_info: dict
-  sampler: Sampler
+  sampler: Sampler | ContinuousSampler
   ledger: flops_lib.FlopsLedger
 
 
@@ -101,13 +102,24 @@ def setup(config, workdir: str, show_progress: bool = True) -> Setup:
       config, model_cfg, mesh, tokenizer, train_queries, workdir, show_progress)
   if config.data.rl_pool_size:  # RL and profiling on a prefix; the warm start saw it all
     train_queries = train_queries[:config.data.rl_pool_size]
-  sampler = Sampler(model_cfg, mesh, shardings, rows=config.train.rows_per_batch,
-                    max_prompt_len=s.max_prompt_len, max_new_tokens=s.max_new_tokens,
-                    stop_ids=tokenizer.stop_token_ids, pad_id=tokenizer.pad_id,
-                    bos_id=tokenizer.bos_id, min_prompt_bucket=s.min_prompt_bucket)
+  sampler = make_sampler(config, model_cfg, mesh, shardings, tokenizer)
   return Setup(config, workdir, mesh, tokenizer, model_cfg, train_queries, eval_queries,
                [tokenizer.encode_prompt(q.prompt) for q in train_queries], reward_fn, params,
                shardings, init_info, sampler, flops_lib.FlopsLedger(model_cfg))
+
+
+def make_sampler(config, model_cfg, mesh, shardings, tokenizer) -> Sampler | ContinuousSampler:
+  """The generator behind profiling, rollouts and eval (`sampling.engine`)."""
+  s = config.sampling
+  common = dict(max_prompt_len=s.max_prompt_len, max_new_tokens=s.max_new_tokens,
+                stop_ids=tokenizer.stop_token_ids, pad_id=tokenizer.pad_id,
+                bos_id=tokenizer.bos_id)
+  if s.get('engine', 'static') == 'continuous':
+    return ContinuousSampler(model_cfg, mesh, shardings, slots=s.decode_slots,
+                             queue_rows=config.train.rows_per_batch,
+                             prefill_step=s.prefill_step, **common)
+  return Sampler(model_cfg, mesh, shardings, rows=config.train.rows_per_batch,
+                 min_prompt_bucket=s.min_prompt_bucket, **common)
 
 
 def run_profile(su: Setup, show_progress: bool = True) -> sgpo_lib.Allocation:
@@ -184,6 +196,15 @@ def train_batch(su: Setup, layout, rollout: allocators_lib.Rollout) -> dict[str,
                group_id_R=np.asarray(layout.group_id_R, np.int32),
                valid_R=np.asarray(layout.valid_R, bool))
   return batch
+
+
+def _useful_shares(ledger, tokens_before) -> dict[str, float]:
+  """This step's real tokens over the token slots computed, for rollout and train."""
+  shares = {}
+  for category, (computed0, useful0) in tokens_before.items():
+    computed, useful = ledger.tokens(category)
+    shares[f'useful_share_{category}'] = (useful - useful0) / max(computed - computed0, 1)
+  return shares
 
 
 def run_eval(su: Setup, params, step: int) -> dict[str, float]:
@@ -279,6 +300,7 @@ def rl_step(su: Setup, rs: RunState) -> dict | None:
   """Fills, trains on and measures one batch; returns its metrics row (None: exhausted)."""
   t = su.config.train
   step_start = time.time()
+  tokens_before = {c: su.ledger.tokens(c) for c in ('rollout', 'train')}
   params = rs.train_state['params']
   filled = rs.allocator.fill_batch(make_rollout_fn(su, params, rs.step))
   if filled is None:
@@ -293,9 +315,12 @@ def rl_step(su: Setup, rs: RunState) -> dict | None:
   step_metrics = jax.device_get(step_metrics)
   learner_lib.check_finite(step_metrics, rs.step + 1)
   seq_len = batch['tokens_RxT'].shape[1] - 1
-  su.ledger.add_train(t.rows_per_batch, seq_len, int(filled.layout.valid_R.sum()), passes=t.mu)
+  rs.learner.count_train(su.ledger, t.rows_per_batch, seq_len, int(filled.layout.valid_R.sum()),
+                         passes=t.mu)
   rs.step += 1
-  return _metrics_row(su, rs, filled, step_metrics, time.time() - step_start)
+  row = _metrics_row(su, rs, filled, step_metrics, time.time() - step_start)
+  row.update(_useful_shares(su.ledger, tokens_before))
+  return row
 
 
 def _metrics_row(su: Setup, rs: RunState, filled: allocators_lib.FilledBatch,

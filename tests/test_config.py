@@ -199,3 +199,14 @@ def test_range_checks_live_in_config_check(field, value, message):
   section[key] = value
   with pytest.raises(ValueError, match=message):
     config_check.check_config(c)
+
+
+def test_packing_refuses_sequence_level_ratios():
+  c = config()
+  c.train.update(packing=True, importance_level='sequence', clip_eps_low=3e-4,
+                 clip_eps_high=4e-4)
+  with pytest.raises(ValueError, match=r'train.packing=True with train.importance_level='
+                     r'sequence.*packing=False or importance_level=token'):
+    config_check.check_config(c)
+  c.train.packing = False
+  config_check.check_config(c)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sgpo_jax import flops as flops_lib
+from sgpo_jax.continuous_sampling import ContinuousSampler
 from sgpo_jax import model as model_lib
 from sgpo_jax import profile as profile_lib
 from sgpo_jax import sharding as sharding_lib
@@ -115,3 +116,27 @@ def test_finished_profile_reused_by_a_new_process_still_counts_its_flops(setup, 
                               **kwargs)
   assert second.computed('profile') == pytest.approx(first.computed('profile'))
   assert second.useful('profile') == pytest.approx(first.useful('profile'))
+
+
+def test_continuous_engine_profiles_exactly_like_static(setup, tmp_path):
+  """sampling.engine='continuous' for the profiling pass: the same p_hat for every query,
+  and its ledger computes fewer padded token slots for the same useful tokens."""
+  sampler, params, queries, tok = setup
+  shardings = sharding_lib.param_shardings(model_lib.abstract_params(sampler.cfg),
+                                           sampler.mesh)
+  continuous = ContinuousSampler(sampler.cfg, sampler.mesh, shardings, slots=4, queue_rows=16,
+                                 max_prompt_len=8, max_new_tokens=4,
+                                 stop_ids=tok.stop_token_ids, pad_id=tok.pad_id,
+                                 bos_id=tok.bos_id, prefill_step=4)
+  results, ledgers = [], []
+  for name, s in (('static', sampler), ('continuous', continuous)):
+    ledger = flops_lib.FlopsLedger(sampler.cfg)
+    results.append(profile_lib.profile_queries(
+        s, params, queries, tok, reward_true_if_contains_digit, num_samples=K,
+        temperature=1.0, seed=3, path=str(tmp_path / f'{name}.jsonl'), ledger=ledger,
+        show_progress=False))
+    ledgers.append(ledger)
+  np.testing.assert_array_equal(results[1]['n_correct'], results[0]['n_correct'])
+  assert 0 < results[0]['n_correct'].sum() < K * len(queries)
+  assert ledgers[1].tokens('profile')[1] == ledgers[0].tokens('profile')[1]
+  assert ledgers[1].useful_token_share('profile') > ledgers[0].useful_token_share('profile')

@@ -249,3 +249,27 @@ def test_trend_early_stop_reads_evals_and_stops_the_loop(tmp_path):
   # Evals at steps 0 (initial), 1, 2: the first window with 3 evals is at step 2.
   assert summary['steps'] == 2
   assert summary['stop_reason'].startswith('early stop at step 2: stop at step 2/8: a line')
+
+
+@pytest.mark.slow
+def test_continuous_packed_run_matches_static_padded_run(tmp_path, monkeypatch):
+  """sampling.engine='continuous' + train.packing: the same rollouts (rewards, lengths) and
+  the same first update as the static, padded run; one compilation each; shares logged."""
+  monkeypatch.setattr(tasks, 'get_reward_fn', coin_flip_reward)
+  runs = {}
+  for name, engine, packing in (('static', 'static', False), ('fast', 'continuous', True)):
+    config = tiny_run_config('grpo', num_steps=2, packing=packing, pack_rows=2)
+    config.grpo.group_size = 4
+    config.sampling.engine, config.sampling.decode_slots = engine, 4
+    summary = train.run(config, str(tmp_path / name), show_progress=False)
+    assert summary['compiles'] == {'train_step': 1, 'sampler': 1}
+    runs[name] = read_jsonl(str(tmp_path / name / 'metrics.jsonl'))
+  initial = {name: rows.pop(0) for name, rows in runs.items()}
+  assert initial['fast']['eval_accuracy'] == initial['static']['eval_accuracy']  # greedy eval
+  for slow, fast in zip(runs['static'], runs['fast']):
+    assert fast['completion_len_mean'] == slow['completion_len_mean']
+    assert fast['reward_mean'] == slow['reward_mean']
+    assert fast['useful_share_rollout'] > slow['useful_share_rollout']
+    assert fast['useful_share_train'] > slow['useful_share_train']
+    assert 0 < slow['useful_share_train'] < fast['useful_share_train'] <= 1
+  assert runs['fast'][0]['loss'] == pytest.approx(runs['static'][0]['loss'], rel=1e-4, abs=1e-6)

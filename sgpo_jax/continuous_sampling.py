@@ -1,0 +1,287 @@
+"""Continuous-batching generation: a fixed set of decode slots that take the next prompt as
+soon as their row stops, so the decode batch stays full while completion lengths are skewed.
+
+One jitted call serves a queue of `queue_rows` prompts (left-padded to `max_prompt_len`):
+
+    while a slot is busy or a prompt waits:
+      while a slot is free and a prompt waits: prefill it into that slot   (one prompt at a time)
+      one decode step for the first `width` slots, each at its own cache position
+
+Once the queue is empty the batch drains: whenever at most half of the current width is
+busy, busy slots are moved to the front (cache rows included) and the width halves
+(slots, slots/2, ..., 1: one `lax.switch` branch each), so a long last row does not keep
+`slots` rows of decode running.
+
+The KV cache is `[slots, max_prompt_len + max_new_tokens]`; a prompt is prefilled as a
+`[1, b]` forward in the smallest static prefill bucket b that holds it (`prefill_buckets`,
+multiples of `prefill_step`), one `lax.switch` branch per bucket, and its keys/values land
+right-aligned in the slot's prompt region, so generated token t always sits at cache slot
+max_prompt_len + t. Every shape is static: one compilation per sampler, whatever the
+prompt lengths, completion lengths or number of prompts (`compile_count` counts traces).
+
+Randomness is the static sampler's: token t of row r uses `fold_in(fold_in(rng, r), t)`,
+and the logits a row sees do not depend on its neighbours (masked attention gives the
+other slots and the padding exactly zero weight), so a row's completion is the one
+`sampling.Sampler` draws for the same row id, at any temperature / top-p / top-k (up to
+float summation order in differently shaped matmuls; tests compare token for token).
+
+Work done per call is returned (prefills per bucket, decode steps, busy slot-steps) so the
+FLOPs ledger counts what ran ('computed') and the real tokens inside it ('useful').
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from sgpo_jax import flops as flops_lib
+from sgpo_jax import model as model_lib
+from sgpo_jax import sharding as sharding_lib
+from sgpo_jax.sampling import SampleOutput, pick_tokens
+
+
+def prefill_buckets(max_prompt_len: int, step: int) -> tuple[int, ...]:
+  """Multiples of `step` below max_prompt_len, then max_prompt_len itself."""
+  if step < 1:
+    raise ValueError(f'sampling.prefill_step={step} must be >= 1.')
+  return tuple(range(step, max_prompt_len, step)) + (max_prompt_len,)
+
+
+def decode_widths(slots: int) -> tuple[int, ...]:
+  """slots, slots // 2, ... down to 1: the decode batch widths of the drain phase."""
+  widths = [slots]
+  while widths[-1] > 1:
+    widths.append(widths[-1] // 2)
+  return tuple(widths)
+
+
+class ContinuousSampler:
+  """Drop-in for `sampling.Sampler` where runs call it (`sample`, `rows`, `compile_count`)."""
+
+  def __init__(self, cfg: model_lib.ModelConfig, mesh: Mesh, param_shardings, *, slots: int,
+               queue_rows: int, max_prompt_len: int, max_new_tokens: int,
+               stop_ids: Sequence[int], pad_id: int, bos_id: int | None = None,
+               prefill_step: int = 16):
+    if slots < 1 or queue_rows < 1:
+      raise ValueError(f'sampling.decode_slots={slots} and queue rows={queue_rows} must be >= 1.')
+    if jax.process_count() > 1:
+      raise ValueError("sampling.engine='continuous' runs within one process; use "
+                       "sampling.engine='static' for multi-process runs.")
+    self.cfg, self.mesh = cfg, mesh
+    self.slots, self.rows = slots, queue_rows
+    self.max_prompt_len, self.max_new_tokens = max_prompt_len, max_new_tokens
+    self.stop_ids = np.asarray(sorted(set(stop_ids)), np.int32)
+    self.pad_id = pad_id
+    self.bos_id = pad_id if bos_id is None else bos_id
+    self.buckets = prefill_buckets(max_prompt_len, prefill_step)
+    self.widths = decode_widths(slots)
+    self.model = model_lib.Transformer(cfg)
+    self.traces = 0
+    rep = sharding_lib.replicated(mesh)
+    self._generate_jit = jax.jit(self._generate, in_shardings=(param_shardings,) + (rep,) * 8,
+                                 out_shardings=rep)
+
+  @property
+  def compile_count(self) -> int:
+    return self.traces
+
+  def bucket_index(self, prompt_len: int) -> int:
+    for i, bucket in enumerate(self.buckets):
+      if prompt_len <= bucket:
+        return i
+    raise ValueError(f'prompt of {prompt_len} tokens exceeds sampling.max_prompt_len='
+                     f'{self.max_prompt_len}; raise max_prompt_len or filter long prompts.')
+
+  # ------------------------------------------------------------------ device side
+
+  def _prefill_branch(self, params, bucket: int, prompts_QxP, prompt_len_Q, q):
+    """[1, bucket] forward of queue row q -> (last logits [1, V], k and v [L, 1, P, K, E])."""
+    cfg, P = self.cfg, self.max_prompt_len
+    tokens_1xb = jax.lax.dynamic_slice(prompts_QxP, (q, P - bucket), (1, bucket))
+    mask_1xb = (jnp.arange(bucket) >= bucket - prompt_len_Q[q])[None, :]
+    cache = model_lib.init_cache(cfg, 1, bucket)
+    hidden, (k, v) = self.model.apply({'params': params}, tokens_1xb,
+                                      model_lib.positions_from_mask(mask_1xb), mask_1xb, cache, 0)
+    logits_1xV = model_lib.logits_from_hidden(params, cfg, hidden[:, -1:])[:, 0]
+    pad = [(0, 0), (0, 0), (P - bucket, 0), (0, 0), (0, 0)]
+    return logits_1xV, jnp.pad(k, pad), jnp.pad(v, pad)
+
+  def _generate(self, params, prompts_QxP, prompt_len_Q, row_ids_Q, n_real, rng, temperature,
+                top_p, top_k):
+    self.traces += 1
+    cfg, S, N, P = self.cfg, self.slots, self.max_new_tokens, self.max_prompt_len
+    Q, C = prompts_QxP.shape[0], P + N
+    stop_ids = jnp.asarray(self.stop_ids)
+    buckets = jnp.asarray(self.buckets, jnp.int32)
+    widths = jnp.asarray(self.widths, jnp.int32)
+    branches = [functools.partial(self._prefill_branch, params, b) for b in self.buckets]
+    key_of = lambda row, t: jax.random.fold_in(jax.random.fold_in(rng, row), t)  # noqa: E731
+
+    def prefill_one(st):
+      slot = jnp.argmax(st['slot_q_S'] < 0)
+      q = st['next_q']
+      plen = prompt_len_Q[q]
+      b_idx = jnp.sum(buckets < plen)
+      logits_1xV, k, v = jax.lax.switch(b_idx, branches, prompts_QxP, prompt_len_Q, q)
+      k_cache, v_cache = st['cache']
+      cache = (jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, slot, 0, 0, 0)),
+               jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, slot, 0, 0, 0)))
+      token_1, logp_1 = pick_tokens(logits_1xV, key_of(row_ids_Q[q], 0)[None], temperature, top_p,
+                              top_k)
+      done = jnp.isin(token_1[0], stop_ids) | (N == 1)
+      return dict(
+          st, cache=cache, next_q=q + 1,
+          kv_mask_SxC=st['kv_mask_SxC'].at[slot].set(jnp.arange(C) >= P - plen),
+          slot_q_S=st['slot_q_S'].at[slot].set(jnp.where(done, -1, q)),
+          slot_t_S=st['slot_t_S'].at[slot].set(1),
+          token_S=st['token_S'].at[slot].set(token_1[0]),
+          plen_S=st['plen_S'].at[slot].set(plen),
+          tokens_QxN=st['tokens_QxN'].at[q, 0].set(token_1[0]),
+          logps_QxN=st['logps_QxN'].at[q, 0].set(logp_1[0]),
+          mask_QxN=st['mask_QxN'].at[q, 0].set(1),
+          prefills_B=st['prefills_B'].at[b_idx].add(1))
+
+    def can_prefill(st):
+      return jnp.any(st['slot_q_S'] < 0) & (st['next_q'] < n_real)
+
+    def decode_width(width, st):
+      """One decode step for slots [0, width); the others are idle (tail mode)."""
+      part = lambda x: x[:width]  # noqa: E731
+      active_W = part(st['slot_q_S']) >= 0
+      t_W = jnp.where(active_W, part(st['slot_t_S']), 1)
+      k_cache, v_cache = st['cache']
+      hidden, (k_w, v_w) = self.model.apply(
+          {'params': params}, part(st['token_S'])[:, None], (part(st['plen_S']) + t_W - 1)[:, None],
+          part(st['kv_mask_SxC']), (k_cache[:, :width], v_cache[:, :width]), P + t_W - 1)
+      cache = (jax.lax.dynamic_update_slice(k_cache, k_w, (0, 0, 0, 0, 0)),
+               jax.lax.dynamic_update_slice(v_cache, v_w, (0, 0, 0, 0, 0)))
+      logits_WxV = model_lib.logits_from_hidden(params, cfg, hidden)[:, 0]
+      rows_W = row_ids_Q[jnp.maximum(part(st['slot_q_S']), 0)]
+      new_W, logp_W = pick_tokens(logits_WxV, jax.vmap(key_of)(rows_W, t_W), temperature, top_p,
+                            top_k)
+      q_W = jnp.where(active_W, part(st['slot_q_S']), Q)  # Q: out of range, write dropped
+      done_W = active_W & (jnp.isin(new_W, stop_ids) | (t_W + 1 >= N))
+      return dict(
+          st, cache=cache, token_S=st['token_S'].at[:width].set(new_W),
+          slot_t_S=st['slot_t_S'].at[:width].set(t_W + 1),
+          slot_q_S=st['slot_q_S'].at[:width].set(jnp.where(done_W, -1, part(st['slot_q_S']))),
+          tokens_QxN=st['tokens_QxN'].at[q_W, t_W].set(new_W, mode='drop'),
+          logps_QxN=st['logps_QxN'].at[q_W, t_W].set(logp_W, mode='drop'),
+          mask_QxN=st['mask_QxN'].at[q_W, t_W].set(1, mode='drop'),
+          decode_steps=st['decode_steps'] + 1,
+          decode_slot_steps=st['decode_slot_steps'] + width,
+          busy_slot_steps=st['busy_slot_steps'] + jnp.sum(active_W.astype(jnp.int32)))
+
+    def compact(st):
+      """Queue empty and at most half the width busy: busy slots first, narrower width."""
+      active_S = st['slot_q_S'] >= 0
+      order_S = jnp.argsort(~active_S, stable=True)
+      k_cache, v_cache = st['cache']
+      n_active = jnp.sum(active_S.astype(jnp.int32))
+      width = jnp.min(jnp.where(widths >= n_active, widths, S))
+      moved = {k: st[k][order_S] for k in ('kv_mask_SxC', 'slot_q_S', 'slot_t_S', 'token_S',
+                                           'plen_S')}
+      return dict(st, cache=(k_cache[:, order_S], v_cache[:, order_S]), width=width, **moved)
+
+    def decode_step(st):
+      n_active = jnp.sum((st['slot_q_S'] >= 0).astype(jnp.int32))
+      shrink = (st['next_q'] >= n_real) & (2 * n_active <= st['width']) & (st['width'] > 1)
+      st = jax.lax.cond(shrink, compact, lambda x: x, st)
+      w_idx = jnp.argmax(widths == st['width'])
+      return jax.lax.switch(w_idx, [functools.partial(decode_width, w) for w in self.widths], st)
+
+    def body(st):
+      st = jax.lax.while_loop(can_prefill, prefill_one, st)
+      return jax.lax.cond(jnp.any(st['slot_q_S'] >= 0), decode_step, lambda s: s, st)
+
+    def cond(st):
+      return jnp.any(st['slot_q_S'] >= 0) | (st['next_q'] < n_real)
+
+    state = dict(
+        cache=model_lib.init_cache(cfg, S, C), next_q=jnp.int32(0),
+        kv_mask_SxC=jnp.zeros((S, C), bool), slot_q_S=jnp.full((S,), -1, jnp.int32),
+        slot_t_S=jnp.ones((S,), jnp.int32), token_S=jnp.zeros((S,), jnp.int32),
+        plen_S=jnp.zeros((S,), jnp.int32),
+        tokens_QxN=jnp.full((Q, N), self.pad_id, jnp.int32),
+        logps_QxN=jnp.zeros((Q, N), jnp.float32), mask_QxN=jnp.zeros((Q, N), jnp.int32),
+        prefills_B=jnp.zeros((len(self.buckets),), jnp.int32), decode_steps=jnp.int32(0),
+        decode_slot_steps=jnp.int32(0), busy_slot_steps=jnp.int32(0), width=jnp.int32(S))
+    st = jax.lax.while_loop(cond, body, state)
+    work = {k: st[k] for k in ('prefills_B', 'decode_steps', 'decode_slot_steps',
+                               'busy_slot_steps')}
+    return st['tokens_QxN'], st['mask_QxN'], jnp.sum(st['mask_QxN'], axis=1), st['logps_QxN'], work
+
+  # ------------------------------------------------------------------ host side
+
+  def pad_prompts(self, prompts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Left-pads to max_prompt_len and fills to `rows` (filler rows are never prefilled)."""
+    if len(prompts) > self.rows:
+      raise ValueError(f'{len(prompts)} prompts exceed sampler rows={self.rows}.')
+    tokens = np.full((self.rows, self.max_prompt_len), self.pad_id, np.int32)
+    lengths = np.zeros((self.rows,), np.int32)
+    for r, prompt in enumerate(prompts):
+      self.bucket_index(len(prompt))  # raises on an over-long prompt
+      if not prompt:
+        raise ValueError(f'prompt {r} is empty; every prompt needs at least one token (BOS).')
+      tokens[r, self.max_prompt_len - len(prompt):] = prompt
+      lengths[r] = len(prompt)
+    return tokens, lengths
+
+  def sample(self, params, prompts: Sequence[Sequence[int]], row_ids: Sequence[int], rng, *,
+             temperature=1.0, top_p=1.0, top_k=0) -> SampleOutput:
+    """Any number of prompts -> host arrays (same contract as `Sampler.sample`)."""
+    outputs, works = [], []
+    rng = sharding_lib.replicate(self.mesh, rng)
+    for start in range(0, len(prompts), self.rows):
+      chunk = list(prompts[start:start + self.rows])
+      ids = np.full(self.rows, -1, np.int32)
+      ids[:len(chunk)] = row_ids[start:start + self.rows]
+      tokens, lengths = self.pad_prompts(chunk)
+      out = sharding_lib.to_host(self._generate_jit(
+          params, tokens, lengths, ids, jnp.int32(len(chunk)), rng, jnp.float32(temperature),
+          jnp.float32(top_p), jnp.int32(top_k)))
+      *arrays, work = out
+      work = {k: np.asarray(v) for k, v in work.items()}
+      work['prompt_lens'] = [len(p) for p in chunk]
+      work['completion_lens'] = np.asarray(arrays[2][:len(chunk)])
+      works.append(work)
+      outputs.append([x[:len(chunk)] for x in arrays])
+    n = self.max_new_tokens
+    if not outputs:
+      return SampleOutput(np.zeros((0, n), np.int32), np.zeros((0, n), np.int32),
+                          np.zeros((0,), np.int32), np.zeros((0, n), np.float32))
+    tokens, mask, lengths, logps = (np.concatenate(parts) for parts in zip(*outputs))
+    return SampleOutput(tokens, mask, lengths, logps, calls=works,
+                        prompt_lens_R=np.asarray([len(p) for p in prompts], np.int32))
+
+  def count_generation(self, ledger, category: str, out: SampleOutput, num_prompts: int) -> None:
+    """Ledger entry of every call behind `out`: computed = prefills in their buckets plus
+    the decode width of every step over the full cache; useful = the real prompt tokens and
+    the fed-back generated tokens inside that work."""
+    del num_prompts
+    cfg, cache_len = self.cfg, self.max_prompt_len + self.max_new_tokens
+    decode_flops = flops_lib.forward_flops_per_token(cfg, cache_len)
+    for work in out.calls:
+      computed = useful = 0.0
+      computed_tokens = useful_tokens = 0
+      for b_idx, bucket in enumerate(self.buckets):
+        computed += int(work['prefills_B'][b_idx]) * bucket * flops_lib.forward_flops_per_token(
+            cfg, bucket)
+        computed_tokens += int(work['prefills_B'][b_idx]) * bucket
+      for plen in work['prompt_lens']:
+        bucket = self.buckets[self.bucket_index(plen)]
+        useful += plen * flops_lib.forward_flops_per_token(cfg, bucket)
+        useful_tokens += plen
+      decode_slots = int(work['decode_slot_steps'])
+      fed_back = int(np.sum(np.maximum(work['completion_lens'] - 1, 0)))
+      computed += decode_slots * decode_flops
+      useful += fed_back * decode_flops
+      computed_tokens += decode_slots
+      useful_tokens += fed_back
+      ledger.add(category, computed, useful)
+      ledger.add_tokens(category, computed_tokens, useful_tokens)
