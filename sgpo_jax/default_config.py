@@ -201,7 +201,7 @@ def apply_regime(c: ml_collections.ConfigDict, regime: str) -> None:
   c.train.num_steps = 100_000
   c.train.rows_per_batch = 64
   c.checkpoint.every_steps = 100_000
-  c.eval.every_steps = 8
+  c.eval.every_steps = 12  # ~12 evals per run: a 2048-problem eval costs ~6 GRPO steps
   if regime == 'default':
     c.data.rl_pool_size = 1024
     c.train.flops_budget = 1.5e12
