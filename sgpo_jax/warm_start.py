@@ -31,6 +31,8 @@ from sgpo_jax import tasks
 def cache_key(config) -> str:
   relevant = {k: config[k].to_dict() for k in ('model', 'data', 'warm_start', 'tokenizer')}
   relevant['warm_start'].pop('cache_dir', None)
+  if relevant['warm_start'].get('schedule', 'constant') == 'constant':
+    relevant['warm_start'].pop('schedule', None)  # keys of constant-lr caches stay as they were
   relevant['data'].pop('rl_pool_size', None)  # SFT always sees the whole pool
   relevant['data'].pop('rl_difficulty_weights', None)
   blob = json.dumps(relevant, sort_keys=True, default=str)
@@ -66,7 +68,13 @@ def train_sft(cfg: model_lib.ModelConfig, params, shardings, mesh, examples, ws_
   """
   tokens_NxT, mask_NxT, loss_mask_NxT1 = examples
   model = model_lib.Transformer(cfg)
-  optimizer = optax.adamw(float(ws_config.learning_rate))
+  lr = float(ws_config.learning_rate)
+  schedule = ws_config.get('schedule', 'constant') if hasattr(ws_config, 'get') else 'constant'
+  if schedule == 'cosine':  # decays to 0 at the last step: the policy settles
+    lr = optax.cosine_decay_schedule(lr, max(int(ws_config.steps), 1))
+  elif schedule != 'constant':
+    raise ValueError(f"warm_start.schedule={schedule!r} is not 'constant' or 'cosine'")
+  optimizer = optax.adamw(lr)
   opt_state = sharding_lib.init_optimizer_state(optimizer, params)
   state_shardings = jax.tree.map(lambda x: x.sharding, (params, opt_state))
   b2 = sharding_lib.batch_sharding(mesh, 2)

@@ -132,3 +132,14 @@ def test_regime_budget_lets_grpo_see_the_pool(regime):
       / c.data.rl_pool_size
   assert epochs >= (2.0 if regime == 'paper_like' else 1.0), epochs
   assert c.data.num_eval >= 2048  # SE <= 1.1 points at any accuracy
+
+
+def test_warm_start_schedule_keys_its_own_cache():
+  from sgpo_jax import warm_start
+  c = default_config.get_config()
+  constant = warm_start.cache_key(c)
+  del c.warm_start['schedule']  # caches made before the field existed keep their key
+  assert warm_start.cache_key(c) == constant
+  c = default_config.get_config()
+  c.warm_start.schedule = 'cosine'
+  assert warm_start.cache_key(c) != constant
