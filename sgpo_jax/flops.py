@@ -1,4 +1,7 @@
-"""Analytic FLOPs ledger for the Llama/Qwen2 decoder in model.py (papers.md section 1, Ours).
+"""Analytic FLOPs ledger for the Llama/Qwen2 decoder in model.py.
+
+sGPO (arXiv 2606.08854) compares total training compute, profiling included; the
+conventions below are this project's.
 
 Owns the FLOPs accounting of a run:
 - `param_counts`: total / embedding / non-embedding / matmul parameter counts.
@@ -88,10 +91,10 @@ class FlopsLedger:
   """Cumulative FLOPs per category (`CATEGORIES`).
 
   Each category holds 'computed' (all rows, padding included) and 'useful' (the valid
-  rows' share). `total` = profile + rollout + reference + old_logprob + train (computed); eval is kept
-  apart and not in total. Useful scales by valid_rows / rows: padded tokens inside a valid
-  row (left-padded prompts, tokens after EOS) count as computed and useful alike, because
-  the static-shape code does compute them.
+  rows' share). `total` = profile + rollout + reference + old_logprob + train (computed);
+  eval is kept apart and not in total. Useful scales by valid_rows / rows: padded tokens
+  inside a valid row (left-padded prompts, tokens after EOS) count as computed and useful
+  alike, because the static-shape code does compute them.
   """
 
   def __init__(self, model_cfg: Any):

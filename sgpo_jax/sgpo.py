@@ -1,6 +1,6 @@
 """sGPO allocation: from a difficulty profile to group sizes, phases and fixed-shape rows.
 
-Owns the pure, numpy-only part of sGPO (papers.md section 1):
+Owns the pure, numpy-only part of sGPO (sGPO, arXiv 2606.08854):
 - `group_size_for` / `assign_group_sizes`: G = power-of-two bucket of 1/p_hat.
 - `allocate`: filtering (trivial dropped, a seeded subset of unsolved kept per phase),
   group sizes for learnable queries, and the curriculum (phases in increasing G) or one
@@ -333,7 +333,7 @@ def unsolved_subset(num_unsolved: int, keep_fraction: float, seed: int,
 
 
 def allocate(profile: Any, sgpo_config: Any = None, seed: int = 0) -> Allocation:
-  """Filter, size and schedule the profiled queries (papers.md section 1).
+  """Filter, size and schedule the profiled queries (sGPO, arXiv 2606.08854).
 
   - trivial: p_hat > trivial_threshold, never trained.
   - unsolved: p_hat == 0; per phase a fixed seeded subset (probability
