@@ -35,6 +35,11 @@ def cache_key(config) -> str:
     relevant['warm_start'].pop('schedule', None)  # keys of constant-lr caches stay as they were
   relevant['data'].pop('rl_pool_size', None)  # SFT always sees the whole pool
   relevant['data'].pop('rl_difficulty_weights', None)
+  data = config.data
+  if data.source == 'arithmetic' and data.num_eval > 512:
+    # Pools drawn with an eval set past the excluded core (tasks/arithmetic.py EVAL_CORE)
+    # differ from those of earlier versions, which drew the pool around the whole eval set.
+    relevant['eval_core'] = 512
   blob = json.dumps(relevant, sort_keys=True, default=str)
   return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
