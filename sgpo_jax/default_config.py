@@ -9,19 +9,38 @@ Runs end to end on a 2-core CPU in about ten minutes, no downloads:
 Variants (arg string, parsed strictly by `config_args.parse_arg`; an unknown key is an
 error): `configs/default.py:method=grpo,runlocal=1`
   method=sgpo|grpo|dapo   which allocator drives the RL loop
+  regime=NAME             a comparison regime (REGIMES below): pool, initial policy, FLOPs
+                          budget, rows per batch, eval size and cadence for one comparison run
   runlocal=1              shrink everything for a smoke run (tests, notebooks)
 Any field can be overridden: `--config.train.num_steps=50 --config.seed=1`.
+
+Regimes (`regime=default|paper_like|small_pool`): every run of a regime, whatever its method
+and seed, starts from the same cached warm start (same model, data and warm_start fields) and
+is scored on the same held-out problems; `train.flops_budget` (profiling included) ends it.
+- default: the embedded default's pool and initial policy (the README run's warm-start cache
+  is reused), RL on a prefix of the pool.
+- paper_like: toward the regime the sGPO paper targets (most of the pool trivial, a good
+  part unsolved, GRPO sees every prompt at least twice): RL on a pool stratified toward
+  easier levels. Measured: 33% trivial, 8% unsolved (experiments/results/
+  regime_histograms.md): p_hat is spread within every level, so no level mix of this task
+  reaches the paper's 50% / 15%.
+- small_pool: a few hundred prompts revisited for many epochs.
+`experiments/regime_histograms.py` profiles each regime's pool and reports its p_hat
+histogram and trivial / unsolved fractions.
 """
 
 import ml_collections
 
 from sgpo_jax.config_args import parse_arg
 
+REGIMES = ('default', 'paper_like', 'small_pool')
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = parse_arg(arg, method='sgpo', runlocal=False)
+  args = parse_arg(arg, method='sgpo', regime='', runlocal=False)
   c = ml_collections.ConfigDict()
   c.method = args['method']  # sgpo | grpo | dapo: the allocator over the RL loop
+  c.regime = ''  # '' = the README run; else the comparison regime this config was built for
   c.seed = 0
   c.dry_run = False  # build abstractly, print memory/FLOPs table, exit
 
@@ -40,9 +59,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data.bad_rows = 'error'  # error | skip
   c.data.num_train = 4096  # arithmetic: training pool size (large: sGPO overfits a small one)
   c.data.rl_pool_size = 0  # >0: profile and train RL on the first this-many queries only
-  c.data.num_eval = 512  # arithmetic: held-out eval problems (disjoint from train)
+  # with rl_pool_size > 0: one weight per difficulty level -> a stratified RL pool (first
+  # queries of each level); () = the prefix. The warm start still sees the whole pool.
+  c.data.rl_difficulty_weights = ()
+  c.data.num_eval = 2048  # arithmetic: held-out eval problems (disjoint from train; SE <= 1.1 pt)
   c.data.min_digits = 1  # arithmetic difficulty knob: digits per operand
   c.data.max_digits = 4
+  # arithmetic: one weight per difficulty level (largest operand's digits, min..max_digits);
+  # () = each operand's digit count drawn uniformly (tasks/arithmetic.py)
+  c.data.difficulty_weights = ()
   c.data.reward = 'arithmetic'  # arithmetic | math (math-verify with bounded time)
   c.data.format_reward = 0.0  # optional bonus for a well-formed answer; 0 = off
   c.data.math_workers = 2  # math reward: killable math-verify worker processes
@@ -103,6 +128,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.warm_start.steps = 1500
   c.warm_start.batch_size = 64
   c.warm_start.learning_rate = 1e-3
+  c.warm_start.schedule = 'constant'  # constant | cosine (decay to 0 over `steps`)
   c.warm_start.cache_dir = ''  # '' = <workdir>/warm_start; shared dir to reuse across runs
 
   c.profile = ml_collections.ConfigDict()
@@ -116,7 +142,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sgpo.group_sizes = (2, 4, 8)
   c.sgpo.rounding = 'down'  # down | up | nearest power of two of 1/p_hat
   c.sgpo.clip = True  # clip G into [min, max] of group_sizes
-  c.sgpo.curriculum = True  # phases in increasing G; False = shuffled mix
+  c.sgpo.curriculum = False  # True: phases in increasing G (the paper; eval swings per phase)
   c.sgpo.phase_epochs = 1.0  # epochs over each phase's cluster
   c.sgpo.phase_plateau_window = 0  # >0: end a phase when train reward plateaus over this many steps
   c.sgpo.phase_plateau_delta = 0.01
@@ -134,7 +160,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.dapo.max_rounds = 4  # generation rounds per batch before padding the rest
 
   c.train = ml_collections.ConfigDict()
-  c.train.num_steps = 150
+  c.train.num_steps = 300
   c.train.flops_budget = 0.0  # >0: stop once cumulative FLOPs (profiling included) reach it
   c.train.rows_per_batch = 128  # R: rows per RL batch, a multiple of every group size
   c.train.learning_rate = 2e-4
@@ -176,9 +202,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.checkpoint.async_save = False
 
   c.eval = ml_collections.ConfigDict()
-  c.eval.every_steps = 10
+  c.eval.every_steps = 25
   c.eval.pass_k = 0  # >0: also pass@k at temperature sampling.temperature
 
+  if args['regime']:
+    apply_regime(c, args['regime'])
   if args['runlocal']:
     c.data.num_train = 512
     c.data.num_eval = 128
@@ -188,3 +216,28 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.eval.every_steps = 3
     c.checkpoint.every_steps = 3
   return c
+
+
+def apply_regime(c: ml_collections.ConfigDict, regime: str) -> None:
+  """Sets the fields that define `regime` (see the module docstring) on `c` in place."""
+  if regime not in REGIMES:
+    raise ValueError(f'regime={regime!r} is not one of {REGIMES}')
+  c.regime = regime
+  # Shared by every regime: a comparison run is short and its budget, not its step count,
+  # ends it; the eval is large enough for a standard error under one point.
+  c.train.num_steps = 100_000
+  c.train.rows_per_batch = 64
+  c.checkpoint.every_steps = 100_000
+  c.eval.every_steps = 12  # ~12 evals per run: a 2048-problem eval costs ~6 GRPO steps
+  if regime == 'default':
+    c.data.rl_pool_size = 1024
+    c.train.flops_budget = 1.5e12
+  elif regime == 'paper_like':
+    # The default's pool and initial policy; RL on a pool skewed to easier levels.
+    c.warm_start.steps = 1500
+    c.data.rl_difficulty_weights = (0.04, 0.36, 0.35, 0.25)
+    c.data.rl_pool_size = 512
+    c.train.flops_budget = 1.5e12
+  elif regime == 'small_pool':
+    c.data.rl_pool_size = 256
+    c.train.flops_budget = 1.5e12

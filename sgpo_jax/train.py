@@ -100,8 +100,9 @@ def setup(config, workdir: str, show_progress: bool = True) -> Setup:
   reward_fn = tasks.get_reward_fn(config.data)
   params, shardings, init_info = warm_start_lib.initial_policy(
       config, model_cfg, mesh, tokenizer, train_queries, workdir, show_progress)
-  if config.data.rl_pool_size:  # RL and profiling on a prefix; the warm start saw it all
-    train_queries = train_queries[:config.data.rl_pool_size]
+  # RL and profiling on a prefix (or a difficulty-stratified selection); the warm start saw
+  # the whole pool.
+  train_queries = data_lib.rl_pool(train_queries, config.data)
   sampler = make_sampler(config, model_cfg, mesh, shardings, tokenizer)
   return Setup(config, workdir, mesh, tokenizer, model_cfg, train_queries, eval_queries,
                [tokenizer.encode_prompt(q.prompt) for q in train_queries], reward_fn, params,
@@ -212,6 +213,12 @@ def run_eval(su: Setup, params, step: int) -> dict[str, float]:
   return evaluate_lib.evaluate(su.sampler, params, su.eval_queries, su.tokenizer, su.reward_fn,
                                rng, pass_k=su.config.eval.pass_k,
                                temperature=su.config.sampling.temperature, ledger=su.ledger)
+
+
+def _se(result: dict, n: int) -> float:
+  if 'eval_accuracy_se' in result:
+    return float(result['eval_accuracy_se'])
+  return evaluate_lib.accuracy_se(result['eval_accuracy'], n) if n else 0.0
 
 
 # ----------------------------------------------------------------------------------------
@@ -394,6 +401,10 @@ def finalize(su: Setup, rs: RunState) -> dict:
       'params_nonembed': counts['nonembed'], 'params_total': counts['total'],
       'eval_accuracy_initial': rs.meta['eval_initial']['eval_accuracy'],
       'eval_accuracy_final': rs.last_eval['eval_accuracy'],
+      # Binomial SE of each (older checkpoints' metas may lack it: recomputed from n).
+      'eval_accuracy_initial_se': _se(rs.meta['eval_initial'], len(su.eval_queries)),
+      'eval_accuracy_final_se': _se(rs.last_eval, len(su.eval_queries)),
+      'num_eval': len(su.eval_queries),
       'flops': su.ledger.as_dict(),
       'compiles': {'train_step': rs.learner.compile_count,
                    'sampler': su.sampler.compile_count},

@@ -172,7 +172,7 @@ def test_every_config_file_uses_the_strict_parser():
       default_config.get_config().train.num_steps
   assert default.get_config('runlocal=1').train.num_steps < \
       default_config.get_config().train.num_steps
-  with pytest.raises(ValueError, match=r"known: \['method', 'runlocal'\]"):
+  with pytest.raises(ValueError, match=r"known: \['method', 'regime', 'runlocal'\]"):
     default.get_config('methd=grpo')
 
 
