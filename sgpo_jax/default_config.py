@@ -7,13 +7,9 @@ Runs end to end on a 2-core CPU in about ten minutes, no downloads:
     python -m sgpo_jax.main --config configs/default.py --workdir /tmp/sgpo_default
 
 Variants (big_vision style arg string): `configs/default.py:method=grpo,runlocal=1`
-<<<<<<< HEAD
   method=sgpo|grpo|dapo|greso|knapsack   which allocator drives the RL loop
-=======
-  method=sgpo|grpo|dapo   which allocator drives the RL loop
   regime=NAME             a comparison regime (REGIMES below): pool, initial policy, FLOPs
                           budget, rows per batch, eval size and cadence for one comparison run
->>>>>>> issue14a
   runlocal=1              shrink everything for a smoke run (tests, notebooks)
 Any field can be overridden: `--config.train.num_steps=50 --config.seed=1`.
 
@@ -42,12 +38,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     raise ValueError(f'unknown config arg(s) {sorted(unknown)} in {arg!r}; known: method, '
                      'regime, runlocal')
   c = ml_collections.ConfigDict()
-<<<<<<< HEAD
   c.method = args.get('method', 'sgpo')  # sgpo|grpo|dapo|greso|knapsack: the RL loop's allocator
-=======
-  c.method = args.get('method', 'sgpo')  # sgpo | grpo | dapo: the allocator over the RL loop
   c.regime = ''  # '' = the README run; else the comparison regime this config was built for
->>>>>>> issue14a
   c.seed = 0
   c.dry_run = False  # build abstractly, print memory/FLOPs table, exit
 
