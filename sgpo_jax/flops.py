@@ -169,3 +169,17 @@ def xla_flops(jitted_fn: Any, *args: Any) -> float:
   if isinstance(analysis, Mapping):
     analysis = [analysis]
   return float(sum(float(entry.get('flops', 0.0)) for entry in analysis))
+
+
+def rl_step_flops_bound(model_cfg: Any, rows: int, max_prompt_len: int, max_new_tokens: int,
+                        mu: int = 1) -> float:
+  """Upper bound on the FLOPs of one RL step of `rows` rows (the bound a regime's budget is
+  sized with): a rollout that decodes all max_new_tokens (the sampler stops earlier once
+  every row has hit EOS) from the largest prompt bucket, plus `mu` train passes over the
+  fixed [rows, max_prompt_len + max_new_tokens - 1] layout."""
+  ledger = FlopsLedger(model_cfg)
+  ledger.add_generation('rollout', rows=rows, prompt_len=max_prompt_len,
+                        new_tokens=max_new_tokens - 1, valid_rows=rows,
+                        cache_len=max_prompt_len + max_new_tokens)
+  ledger.add_train(rows, max_prompt_len + max_new_tokens - 1, rows, passes=mu)
+  return float(ledger.total)

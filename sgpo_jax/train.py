@@ -212,6 +212,12 @@ def run_eval(su: Setup, params, step: int) -> dict[str, float]:
                                temperature=su.config.sampling.temperature, ledger=su.ledger)
 
 
+def _se(result: dict, n: int) -> float:
+  if 'eval_accuracy_se' in result:
+    return float(result['eval_accuracy_se'])
+  return evaluate_lib.accuracy_se(result['eval_accuracy'], n) if n else 0.0
+
+
 def _early_stopper(config):
   if not config.train.early_stop.enabled:
     return None
@@ -360,6 +366,10 @@ def run(config, workdir: str, stop_after: str | None = None, show_progress: bool
       'params_total': flops_lib.param_counts(su.model_cfg)['total'],
       'eval_accuracy_initial': meta['eval_initial']['eval_accuracy'],
       'eval_accuracy_final': last_eval['eval_accuracy'],
+      # Binomial SE of each (older checkpoints' metas may lack it: recomputed from n).
+      'eval_accuracy_initial_se': _se(meta['eval_initial'], len(su.eval_queries)),
+      'eval_accuracy_final_se': _se(last_eval, len(su.eval_queries)),
+      'num_eval': len(su.eval_queries),
       'flops': su.ledger.as_dict(),
       'compiles': {'train_step': learner.compile_count, 'sampler': su.sampler.compile_count},
       'padding_fraction': float(np.mean([r['padding_fraction'] for r in steps_rows]))
