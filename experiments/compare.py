@@ -262,7 +262,7 @@ def _summary(workdir: str) -> dict[str, Any]:
 
 
 def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = 'grpo',
-                   num_bootstrap: int = BOOTSTRAP) -> dict[str, Any]:
+                   num_bootstrap: int = BOOTSTRAP, num_eval: int = 0) -> dict[str, Any]:
   """The comparison numbers of one regime from its finished runs ({arm: [workdir...]});
   arms without a finished run are left out. Needs the reference arm."""
   runs = {a: w for a, w in runs.items() if w}
@@ -292,6 +292,8 @@ def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = '
         'final_accuracy': {'mean': float(fin.mean()),
                            'std': float(fin.std(ddof=1)) if fin.size > 1 else 0.0,
                            'per_seed': fin.tolist()},
+        # Binomial standard error of one final eval (num_eval problems), seed mean.
+        'eval_se': float(np.mean(np.sqrt(fin * (1 - fin) / num_eval))) if num_eval else None,
         'auc': auc(grid, mean_curve),
         'auc_per_seed': [auc(grid, c) for c in curves[arm]],
         'initial_accuracy': float(np.mean([x['eval_accuracy_initial'] for x in s])),
@@ -375,7 +377,7 @@ def analyse(runs_dir: str, regimes: list[str], arms: list[str], seeds: list[int]
     with open(os.path.join(runs['grpo'][0], 'config.json')) as f:
       config = json.load(f)
     block = analyse_regime(runs, float(config['train']['flops_budget']),
-                           num_bootstrap=num_bootstrap)
+                           num_bootstrap=num_bootstrap, num_eval=int(config['data']['num_eval']))
     facts = regime_facts(runs, config)
     block.update(facts)
     for a in block['arms'].values():  # the regime's facts, repeated per arm for readers
@@ -469,7 +471,7 @@ def render(results: dict[str, Any]) -> str:
               f"{_pct(block['unsolved_fraction'])}%. GRPO sees each prompt "
               f"{epochs} times. Target: {_pct(block['target_accuracy'])}% "
               f"(95% CI {_ci(block['target_ci95'], _pct)}). Seeds finished: {n_seeds}.", '',
-              '| arm | seeds | final acc % (mean ± std) | FLOPs to target [95% CI] | vs GRPO '
+              '| arm | seeds | final acc % (mean ± std over seeds; SE of one eval) | FLOPs to target [95% CI] | vs GRPO '
               '[95% CI] | vs DAPO [95% CI] | AUC % | profile FLOPs | wall s (x GRPO) |',
               '|---|---|---|---|---|---|---|---|---|']
     for arm, a in block['arms'].items():
@@ -477,7 +479,8 @@ def render(results: dict[str, Any]) -> str:
       rg, rd = a['ratio_vs_grpo'], a['ratio_vs_dapo']
       wr = a['wall_ratio_vs_grpo']
       lines.append(
-          f"| {arm} | {len(a['seeds'])} | {_pct(fa['mean'])} ± {_pct(fa['std'])} | "
+          f"| {arm} | {len(a['seeds'])} | {_pct(fa['mean'])} ± {_pct(fa['std'])}; "
+          f"{_pct(a['eval_se'])} | "
           f"{_sci(ft['mean'])} {_ci(ft['ci95'], _sci)} | {_x(rg['point'])} "
           f"{_ci(rg['ci95'], _x)} | {_x(rd['point'])} {_ci(rd['ci95'], _x)} | "
           f"{_pct(a['auc'])} | {a['flops_profile_mean']:.2g} | "
