@@ -28,17 +28,15 @@ histogram and trivial / unsolved fractions.
 
 import ml_collections
 
+from sgpo_jax.config_args import parse_arg
+
 REGIMES = ('default', 'paper_like', 'small_pool')
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = dict(kv.split('=', 1) for kv in arg.split(',') if kv) if arg else {}
-  unknown = set(args) - {'method', 'regime', 'runlocal'}
-  if unknown:
-    raise ValueError(f'unknown config arg(s) {sorted(unknown)} in {arg!r}; known: method, '
-                     'regime, runlocal')
+  args = parse_arg(arg, method='sgpo', regime='', runlocal=False)
   c = ml_collections.ConfigDict()
-  c.method = args.get('method', 'sgpo')  # sgpo|grpo|dapo|greso|knapsack: the RL loop's allocator
+  c.method = args['method']  # sgpo|grpo|dapo|greso|knapsack: the RL loop's allocator
   c.regime = ''  # '' = the README run; else the comparison regime this config was built for
   c.seed = 0
   c.dry_run = False  # build abstractly, print memory/FLOPs table, exit
@@ -199,10 +197,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.eval.every_steps = 10
   c.eval.pass_k = 0  # >0: also pass@k at temperature sampling.temperature
 
-  regime = args.get('regime')
-  if regime is not None:
-    apply_regime(c, regime)
-  if args.get('runlocal'):
+  if args['regime']:
+    apply_regime(c, args['regime'])
+  if args['runlocal']:
     c.data.num_train = 512
     c.data.num_eval = 128
     c.warm_start.steps = 150

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from sgpo_jax import flops as flops_lib
+
 
 def _figure(figsize):
   """A pyplot-free figure: rendering reports never changes a notebook's backend."""
@@ -95,7 +97,9 @@ def write_report(workdir: str, summary: dict[str, Any], rows: list[dict], alloca
       '| stage | FLOPs | share |', '|---|---|---|',
   ]
   total = max(f['total'], 1.0)
-  for stage in ('profile', 'rollout', 'reference', 'train'):
+  for stage in flops_lib.TOTAL_CATEGORIES:
+    if stage not in f:  # a summary written before the category existed
+      continue
     lines.append(f"| {stage} | {_fmt(f[stage])} | {f[stage] / total:.1%} |")
   lines += [f"| **total** | {_fmt(f['total'])} | 100% |", '',
             f"Useful (non-padding) FLOPs: {_fmt(f['useful_total'])}; eval (not in total): "
