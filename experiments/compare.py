@@ -57,8 +57,13 @@ DEFAULT_REGIMES = ('paper_like', 'default')
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     'grpo': ('grpo', {}),
     'dapo': ('dapo', {}),
-    'sgpo': ('sgpo', {}),  # the paper's settings: G in {2,4,8}, k=8, threshold 0.75
-    'sgpo_g48_k2': ('sgpo', {'sgpo.group_sizes': (4, 8), 'profile.num_samples': 2}),
+    # The paper's settings, pinned (the default config may move): G in {2,4,8}, k=8 profile,
+    # threshold 0.75, phases in increasing G.
+    'sgpo': ('sgpo', {'sgpo.group_sizes': (2, 4, 8), 'profile.num_samples': 8,
+                      'sgpo.trivial_threshold': 0.75, 'sgpo.curriculum': True}),
+    # The best variant measured before (compare_512eval.md), as it was measured.
+    'sgpo_g48_k2': ('sgpo', {'sgpo.group_sizes': (4, 8), 'profile.num_samples': 2,
+                             'sgpo.curriculum': True}),
     'greso': ('greso', {}),
     'knapsack': ('knapsack', {}),
 }
