@@ -400,13 +400,36 @@ def regime_facts(runs: dict[str, list[str]], config: dict[str, Any]) -> dict[str
   return facts
 
 
-def finished_runs(runs_dir: str, regime: str, arms: list[str], seeds: list[int]
-                  ) -> dict[str, list[str]]:
-  out = {}
+def regime_signature(config: dict[str, Any]) -> str:
+  """What makes runs comparable: the pool, eval set, initial policy, budget and batch shape
+  (the runs dir is shared across code versions; a run of another definition is left out)."""
+  ws = {k: v for k, v in config['warm_start'].items() if k != 'cache_dir'}
+  sig = {'data': config['data'], 'model': config['model'], 'warm_start': ws,
+         'budget': config['train']['flops_budget'],
+         'rows': config['train']['rows_per_batch'], 'eval': config['eval']}
+  return json.dumps(sig, sort_keys=True, default=str)
+
+
+def finished_runs(runs_dir: str, regime: str, arms: list[str], seeds: list[int],
+                  log=print) -> dict[str, list[str]]:
+  """{arm: workdirs with summary.json} whose regime signature matches the reference's."""
+  out: dict[str, list[str]] = {}
   for arm in arms:
     out[arm] = [os.path.join(runs_dir, regime, f'{arm}_seed{s}') for s in seeds
                 if os.path.exists(os.path.join(runs_dir, regime, f'{arm}_seed{s}',
                                                'summary.json'))]
+  ref = next((w for a in ('grpo', *arms) for w in out.get(a, [])), None)
+  if ref is None:
+    return out
+  def signature(w: str) -> str:
+    with open(os.path.join(w, 'config.json')) as f:
+      return regime_signature(json.load(f))
+  want = signature(ref)
+  for arm, workdirs in out.items():
+    keep = [w for w in workdirs if signature(w) == want]
+    for w in sorted(set(workdirs) - set(keep)):
+      log(f'[compare] {w}: another definition of regime {regime} than {ref}; left out')
+    out[arm] = keep
   return out
 
 
