@@ -93,7 +93,7 @@ def generate_queries(num: int, seed: int, min_digits: int = 1, max_digits: int =
 
 def level_space(level: int, min_digits: int, num_operands: int = 2) -> int:
   """Distinct problems whose largest operand has exactly `level` digits."""
-  upto = lambda d: sum(_operand_count(k) for k in range(min_digits, d + 1))  # noqa: E731
+  upto = lambda d: sum(_operand_count(k) for k in range(min_digits, d + 1))
   return upto(level) ** num_operands - upto(level - 1) ** num_operands
 
 
