@@ -68,8 +68,19 @@ def check_dapo(s: Mapping[str, Any]) -> None:
   _require(s['max_rounds'] >= 1, f"dapo.max_rounds={s['max_rounds']} must be >= 1.")
 
 
+def check_greso(s: Mapping[str, Any]) -> None:
+  from sgpo_jax import greso
+  greso.GRESOSettings(**s)  # its __post_init__ names the bad field and the fix
+
+
+def check_knapsack(s: Mapping[str, Any]) -> None:
+  from sgpo_jax import knapsack
+  knapsack.KnapsackSettings(**s)
+
+
 # Every allocator's config section and its range checks; config.method must name one.
-SECTION_CHECKS = {'sgpo': check_sgpo, 'grpo': check_grpo, 'dapo': check_dapo}
+SECTION_CHECKS = {'sgpo': check_sgpo, 'grpo': check_grpo, 'dapo': check_dapo,
+                  'greso': check_greso, 'knapsack': check_knapsack}
 METHODS = tuple(SECTION_CHECKS)
 
 
@@ -239,6 +250,9 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
   check_ranges(config)
   section = config[config.method]
   check_rows_per_batch(t.rows_per_batch, _group_sizes(section), config.method)
+  if config.method == 'knapsack' and config.knapsack.max_group_size > t.rows_per_batch:
+    raise ValueError(f'knapsack.max_group_size={config.knapsack.max_group_size} exceeds '
+                     f'train.rows_per_batch={t.rows_per_batch}; lower it.')
   if t.micro_batches < 1 or t.rows_per_batch % t.micro_batches:
     raise ValueError(f'train.micro_batches={t.micro_batches} must divide train.rows_per_batch='
                      f'{t.rows_per_batch}.')

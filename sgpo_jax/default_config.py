@@ -8,7 +8,7 @@ Runs end to end on a 2-core CPU in about ten minutes, no downloads:
 
 Variants (arg string, parsed strictly by `config_args.parse_arg`; an unknown key is an
 error): `configs/default.py:method=grpo,runlocal=1`
-  method=sgpo|grpo|dapo   which allocator drives the RL loop
+  method=sgpo|grpo|dapo|greso|knapsack   which allocator drives the RL loop
   regime=NAME             a comparison regime (REGIMES below): pool, initial policy, FLOPs
                           budget, rows per batch, eval size and cadence for one comparison run
   runlocal=1              shrink everything for a smoke run (tests, notebooks)
@@ -39,7 +39,7 @@ REGIMES = ('default', 'paper_like', 'small_pool')
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = parse_arg(arg, method='sgpo', regime='', runlocal=False)
   c = ml_collections.ConfigDict()
-  c.method = args['method']  # sgpo | grpo | dapo: the allocator over the RL loop
+  c.method = args['method']  # sgpo|grpo|dapo|greso|knapsack: the RL loop's allocator
   c.regime = ''  # '' = the README run; else the comparison regime this config was built for
   c.seed = 0
   c.dry_run = False  # build abstractly, print memory/FLOPs table, exit
@@ -158,6 +158,28 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.dapo = ml_collections.ConfigDict()
   c.dapo.group_size = 8
   c.dapo.max_rounds = 4  # generation rounds per batch before padding the rest
+
+  # GRESO (arXiv 2506.02177): DAPO rounds that skip likely-zero-variance prompts before
+  # rollout. Defaults are the authors' (sgpo_jax/greso.py).
+  c.greso = ml_collections.ConfigDict()
+  c.greso.group_size = 8
+  c.greso.max_rounds = 4  # generation rounds per batch before padding the rest
+  c.greso.p_easy_init = 0.5  # keep probability base for all-correct streaks
+  c.greso.p_hard_init = 0.5  # ... for all-wrong streaks
+  c.greso.target_zero_variance = 0.25  # target share of zero-variance prompts (1/3 easy)
+  c.greso.delta = 0.01  # controller step per training step
+  c.greso.p_min = 0.05
+  c.greso.p_max = 0.95
+  c.greso.p_floor = 0.01  # skip probability never above 1 - p_floor
+
+  # Knapsack RL (arXiv 2509.25849): per step, each prompt's G from its past success rate,
+  # maximising sum value(p, G) under the row budget R (sgpo_jax/knapsack.py).
+  c.knapsack = ml_collections.ConfigDict()
+  c.knapsack.group_size = 8  # R / group_size prompts per step (the homogeneous budget)
+  c.knapsack.min_group_size = 2
+  c.knapsack.max_group_size = 64
+  c.knapsack.prior_success = 0.5  # p of a prompt never rolled out
+  c.knapsack.fallback = True  # rows the solve leaves unused go to never-solved prompts
 
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 300

@@ -321,8 +321,8 @@ def test_make_allocator_dispatches_on_method():
   assert settled(3, 5) and not settled(0, 7)  # 3..6 of 8 all give G=2; 0 vs 1 of 8 differ
   assert allocators.allocator_class('dapo').profile_settled(config) is None
   config.method = 'ppo'
-  with pytest.raises(ValueError,
-                     match=r"config.method='ppo' is not one of \('dapo', 'grpo', 'sgpo'\)"):
+  with pytest.raises(ValueError, match=r"config.method='ppo' is not one of "
+                     r"\('dapo', 'greso', 'grpo', 'knapsack', 'sgpo'\)"):
     allocators.make_allocator(config, 12)
 
 

@@ -40,10 +40,12 @@ from sgpo_jax.allocators.grpo import GRPOAllocator, GRPOSettings  # noqa: I001
 from sgpo_jax.allocators.dapo import (DAPOAllocator, DAPOBatch, DAPOBatchBuilder,
                                       DAPOSettings, dapo_keep_groups)
 from sgpo_jax.allocators.sgpo import SGPOAllocator
+from sgpo_jax.allocators.greso import GRESOAllocator
+from sgpo_jax.allocators.knapsack import KnapsackAllocator
 
 __all__ = [
     'Allocator', 'BatchPlan', 'DAPOAllocator', 'DAPOBatch', 'DAPOBatchBuilder', 'DAPOSettings',
-    'EpochCursor', 'FilledBatch', 'GRPOAllocator', 'GRPOSettings', 'PlanAllocator', 'Rollout',
-    'RolloutFn', 'SGPOAllocator', 'allocator_class', 'dapo_keep_groups', 'make_allocator',
+    'EpochCursor', 'FilledBatch', 'GRESOAllocator', 'GRPOAllocator', 'GRPOSettings',
+    'KnapsackAllocator', 'PlanAllocator', 'Rollout', 'RolloutFn', 'SGPOAllocator', 'allocator_class', 'dapo_keep_groups', 'make_allocator',
     'register_allocator', 'registered',
 ]
