@@ -644,4 +644,8 @@ def make_allocator(config: Any, num_queries: int, profile: Any = None) -> Alloca
     allocation = (profile if isinstance(profile, Allocation)
                   else sgpo.allocate(profile, config.sgpo, seed))
     return SGPOAllocator(allocation, config.sgpo, rows_per_batch, seed, num_queries)
-  raise ValueError(f"config.method={method!r} is not one of 'sgpo', 'grpo', 'dapo'")
+  if method == 'sgpo_bayes':
+    from sgpo_jax import bayes_allocator
+    return bayes_allocator.BayesAllocator.from_config(config, num_queries)
+  raise ValueError(f"config.method={method!r} is not one of 'sgpo', 'grpo', 'dapo', "
+                   "'sgpo_bayes'")

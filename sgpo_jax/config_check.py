@@ -11,7 +11,7 @@ from typing import Any
 
 import ml_collections
 
-METHODS = ('sgpo', 'grpo', 'dapo')
+METHODS = ('sgpo', 'grpo', 'dapo', 'sgpo_bayes')
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -81,6 +81,9 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
   if not 0.0 <= config.sgpo.unsolved_keep_fraction <= 1.0:
     raise ValueError(f'sgpo.unsolved_keep_fraction={config.sgpo.unsolved_keep_fraction} must be '
                      'in [0, 1].')
+  if config.method == 'sgpo_bayes':
+    from sgpo_jax import bayes_allocator
+    bayes_allocator.BayesSettings.from_config(config.bayes)  # range checks, before compute
   if config.profile.num_samples < 1:
     raise ValueError(f'profile.num_samples={config.profile.num_samples} must be >= 1.')
   if num_devices is not None:
@@ -102,4 +105,6 @@ def _group_sizes(config) -> tuple[int, ...]:
     return tuple(int(g) for g in config.sgpo.group_sizes)
   if config.method == 'grpo':
     return (int(config.grpo.group_size),)
+  if config.method == 'sgpo_bayes':
+    return tuple(int(g) for g in config.bayes.group_sizes)
   return (int(config.dapo.group_size),)

@@ -7,7 +7,7 @@ Runs end to end on a 2-core CPU in about ten minutes, no downloads:
     python -m sgpo_jax.main --config configs/default.py --workdir /tmp/sgpo_default
 
 Variants (big_vision style arg string): `configs/default.py:method=grpo,runlocal=1`
-  method=sgpo|grpo|dapo   which allocator drives the RL loop
+  method=sgpo|grpo|dapo|sgpo_bayes   which allocator drives the RL loop
   runlocal=1              shrink everything for a smoke run (tests, notebooks)
 Any field can be overridden: `--config.train.num_steps=50 --config.seed=1`.
 """
@@ -18,7 +18,7 @@ import ml_collections
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = dict(kv.split('=', 1) for kv in arg.split(',') if kv) if arg else {}
   c = ml_collections.ConfigDict()
-  c.method = args.get('method', 'sgpo')  # sgpo | grpo | dapo: the allocator over the RL loop
+  c.method = args.get('method', 'sgpo')  # sgpo | grpo | dapo | sgpo_bayes: the allocator over the RL loop
   c.seed = 0
   c.dry_run = False  # build abstractly, print memory/FLOPs table, exit
 
@@ -110,6 +110,26 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sgpo.online_update = False  # beyond the paper: Beta posterior of p_hat from rollouts
   c.sgpo.prior_strength = 8.0  # kappa of the Beta prior around the profiled p_hat
   c.sgpo.prior_eps = 0.5  # added to both Beta parameters so p_hat = 0 or 1 stays revisable
+
+  # method=sgpo_bayes (beyond the paper; sgpo_jax/bayes.py, bayes_allocator.py): a Beta
+  # posterior per prompt from a lazy adaptive profile and every rollout; G per prompt by
+  # expected informative groups per row; deprioritised prompts revisited GRESO-style.
+  c.bayes = ml_collections.ConfigDict()
+  c.bayes.prior_alpha = 0.5  # Beta prior of every prompt's success rate (Jeffreys)
+  c.bayes.prior_beta = 0.5
+  c.bayes.group_sizes = (4, 8)  # candidate G; rows_per_batch must be a multiple of each
+  c.bayes.signal_exponent = 0.0  # group value = P_inf * G**this (0: informative groups)
+  c.bayes.profile_min_samples = 1  # adaptive profile: samples before a prompt may settle
+  c.bayes.profile_max_samples = 4  # ... and at most (then a training candidate)
+  c.bayes.settle_high = 0.6  # settled learnable once P_inf(min G) >= this
+  c.bayes.settle_low = 0.35  # settled trivial/unsolved (deprioritised) once P_inf <= this
+  c.bayes.informative_floor = 0.35  # a trained prompt below this P_inf is deprioritised
+  c.bayes.evidence_decay = 0.5  # old evidence weight per training observation / revisit
+  c.bayes.window = 32  # candidates the G choice looks at per batch
+  c.bayes.revisit_base = 0.25  # revisit probability max(base**skips, floor) per epoch
+  c.bayes.revisit_floor = 0.02
+  c.bayes.revisit_target = 0.3  # base adapts toward this share of revisits coming back
+  c.bayes.revisit_step = 0.05
 
   c.grpo = ml_collections.ConfigDict()
   c.grpo.group_size = 8

@@ -135,7 +135,7 @@ def allocate(su: Setup, profile: dict) -> sgpo_lib.Allocation:
   return allocation
 
 
-def _rollout(su: Setup, params, layout, rng) -> dict[str, np.ndarray]:
+def _rollout(su: Setup, params, layout, rng, category: str = 'rollout') -> dict[str, np.ndarray]:
   """Samples one completion per valid row of `layout`; padding rows stay empty."""
   config, tok = su.config, su.tokenizer
   rows, n_new = layout.rows_per_batch, config.sampling.max_new_tokens
@@ -144,7 +144,7 @@ def _rollout(su: Setup, params, layout, rng) -> dict[str, np.ndarray]:
   out = su.sampler.sample(params, prompts, valid_rows, rng,
                           temperature=config.sampling.temperature, top_p=config.sampling.top_p,
                           top_k=config.sampling.top_k)
-  evaluate_lib.count_generation(su.ledger, 'rollout', su.sampler, out, len(prompts))
+  evaluate_lib.count_generation(su.ledger, category, su.sampler, out, len(prompts))
   tokens = np.full((rows, n_new), tok.pad_id, np.int32)
   mask = np.zeros((rows, n_new), np.int32)
   logps = np.zeros((rows, n_new), np.float32)
@@ -163,6 +163,16 @@ def collect_batch(su: Setup, allocator, params, step: int) -> tuple[Any, Any, di
   rows = su.config.train.rows_per_batch
   step_rng = jax.random.fold_in(jax.random.fold_in(jax.random.key(su.config.seed),
                                                    ROLLOUT_STREAM), step)
+  if hasattr(allocator, 'fill_batch'):  # the allocator rolls out itself (probes, profile)
+    calls = []
+
+    def rollout_fn(layout, round_index, category):
+      calls.append(category)
+      return _rollout(su, params, layout, jax.random.fold_in(step_rng, round_index), category)
+
+    plan, layout, rollout = allocator.fill_batch(rollout_fn)
+    return plan, layout, rollout, {'rounds': len(calls),
+                                   'profile_rounds': calls.count('profile')}
   if su.config.method != 'dapo':
     plan = allocator.next_plan()
     if plan is None:
@@ -368,6 +378,8 @@ def run(config, workdir: str, stop_after: str | None = None, show_progress: bool
   }
   if allocation is not None:
     summary['profile'] = allocation.summary()
+  if hasattr(allocator, 'summary'):
+    summary['allocator'] = allocator.summary()
   metrics_lib.write_json(os.path.join(workdir, 'summary.json'), summary)
   if sharding_lib.is_writer():
     report_lib.write_report(workdir, summary, writer.rows, allocation)
