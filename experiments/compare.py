@@ -1,36 +1,33 @@
-"""sGPO vs GRPO vs DAPO at one total-FLOPs budget, from one shared initial policy.
+"""Compute-saving methods at equal total FLOPs, per regime, with bootstrap intervals.
 
-    python experiments/compare.py                       # main regime, 3 seeds (~30 min, 2 CPUs)
-    python experiments/compare.py --block small_pool --num-train 512
-    python experiments/compare.py --block sgpo_replay --arms grpo \
-        --arm sgpo_replay=sgpo,sgpo.trivial_replay_fraction=0.125
+    python experiments/compare.py --runs-dir /work/compare_runs            # the full protocol
+    python experiments/compare.py --regimes paper_like --arms grpo,greso --seeds 0-2
+    python experiments/compare.py --analyse-only --runs-dir /work/compare_runs
     python experiments/compare.py --smoke --results-dir /tmp/x --runs-dir /tmp/x/runs
 
-Every arm (a method plus overrides) runs for every seed through `experiments/sweep.py`
-(one `sgpo_jax.main` process each) with `train.flops_budget` set: the loop stops at the
-first step whose cumulative FLOPs (profiling included) reach the budget. All runs share
-`warm_start.cache_dir` and `data.seed`, so every method and seed starts from the very same
-policy and is evaluated on the very same held-out problems; `seed` only changes the RL
-randomness (rollouts, shuffles, sGPO's unsolved subset).
+Arms (ARMS, one line each; `--arms` picks, `--arm name=method,field=value,...` adds one):
+GRPO, DAPO, sGPO with the paper's settings (G in {2,4,8}, k=8 profile), the best sGPO variant
+measured so far (G in {4,8}, k=2 profile), GRESO and Knapsack RL. Regimes are the named
+config blocks of `configs/default.py:regime=NAME` (pool, initial policy, FLOPs budget, eval
+size and cadence). Every run of a regime shares the warm-start cache and data.seed, so every
+arm and seed starts from the same policy and is scored on the same held-out problems; `seed`
+only changes the RL randomness. The FLOPs budget (profiling included) ends every run.
 
-Results land in RESULTS/compare.json (one block per `--block`; the main regime is the
-top level, other blocks under 'ablations') and RESULTS/compare.md (regenerated from the
-JSON), plus RESULTS/plots/compare_<block>.png.
+Runs go seed-major (seed 0 of every regime and arm, then seed 1, ...), one process at a time,
+into RUNS_DIR/<regime>/<arm>_seed<s>; a run with summary.json is skipped and an unfinished
+one resumes from its checkpoint, so the sweep can be stopped and continued, and other
+sweeps can reuse finished runs. `--code-dir` runs a frozen copy of the code (so editing the
+checkout does not change a sweep under way). After every run the results are regenerated
+from whatever runs have finished: RESULTS/compare.json, RESULTS/compare.md and
+RESULTS/plots/compare_<regime>.png.
 
-The "first reaches" rule (noise-robust, seed-mean curve):
-- Each run's eval curve (accuracy vs cumulative FLOPs, step 0 included) is linearly
-  interpolated onto a common grid of GRID_POINTS + 1 points from 0 to the budget; a run that
-  stopped just past the budget contributes its last point at the budget. Per arm, the
-  seed-mean curve is the mean over seeds at every grid point.
-- target = mean over GRPO seeds of the final eval accuracy (the eval at the budget).
-- FLOPs for an arm to reach the target = the first grid point where the seed-mean curve is
-  >= target AND the next grid point is too (the last grid point needs no confirmation).
-  None if never reached.
-- flops_ratio_vs_grpo = FLOPs(GRPO reaches target) / FLOPs(sGPO reaches target); GRPO's own
-  number is read off its seed-mean curve by the same rule, so it can be below the budget when
-  GRPO plateaus early. flops_ratio_vs_dapo uses DAPO's FLOPs to reach the same target
-  (None when DAPO or sGPO never does). A per-seed version (each seed's own curve against the
-  same target) is reported alongside.
+Measures (per regime and arm; rule and bootstrap in `analyse_regime`):
+- target = mean over GRPO seeds of the final eval accuracy (the eval at the budget);
+- flops_to_target: first FLOPs where the seed-mean accuracy curve reaches the target
+  (confirmed by the next grid point), with a bootstrap 95% interval over seeds;
+- ratio_vs_grpo / ratio_vs_dapo = reference FLOPs to target / arm FLOPs to target (> 1: the
+  arm needs fewer FLOPs), intervals resampling the seeds of both arms and of GRPO's target;
+- final_accuracy {mean, std}, auc (mean accuracy over the budget), wall-clock per arm.
 """
 
 from __future__ import annotations
@@ -39,6 +36,7 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from typing import Any
@@ -51,20 +49,27 @@ import sweep  # noqa: E402
 REPO = sweep.REPO
 RESULTS = os.path.join(REPO, 'experiments', 'results')
 GRID_POINTS = 50
-MAIN_BLOCK = 'main'
+BOOTSTRAP = 2000
+HEADLINE_REGIME, HEADLINE_ARM = 'paper_like', 'sgpo'
+DEFAULT_REGIMES = ('paper_like', 'default')
 
-# The main regime: the embedded default's initial policy and 512 eval problems, RL on a
-# 2048-query prefix of its pool, a budget of ~82 GRPO steps of 128 rows (2.19e10 FLOPs
-# each). Within it GRPO sees each query ~0.65 times and sGPO (after a 8.1e11-FLOPs profile,
-# ~37 GRPO steps) its kept queries ~1-3 times: the LLM-RLVR regime of few epochs.
-MAIN_OVERRIDES = {
-    'data.rl_pool_size': 2048,
-    'train.num_steps': 1000,  # the budget, not the step count, ends every run
-    'eval.every_steps': 10,
-    'checkpoint.every_steps': 1000,
+# name: (method, overrides). One line per arm; the order is the table's.
+ARMS: dict[str, tuple[str, dict[str, Any]]] = {
+    'grpo': ('grpo', {}),
+    'dapo': ('dapo', {}),
+    'sgpo': ('sgpo', {}),  # the paper's settings: G in {2,4,8}, k=8, threshold 0.75
+    'sgpo_g48_k2': ('sgpo', {'sgpo.group_sizes': (4, 8), 'profile.num_samples': 2}),
+    'greso': ('greso', {}),
+    'knapsack': ('knapsack', {}),
 }
-DEFAULT_BUDGET = 1.8e12
-DEFAULT_ARMS = {'sgpo': ('sgpo', {}), 'grpo': ('grpo', {}), 'dapo': ('dapo', {})}
+ARM_NOTES = {
+    'grpo': 'GRPO, G=8 for every prompt',
+    'dapo': 'DAPO dynamic sampling (drop all-equal groups, refill from further rounds)',
+    'sgpo': "sGPO, the paper's settings (profile k=8, G in {2,4,8}, curriculum)",
+    'sgpo_g48_k2': 'sGPO, best variant so far (profile k=2, G in {4,8})',
+    'greso': 'GRESO: DAPO rounds that skip likely-zero-variance prompts before rollout',
+    'knapsack': 'Knapsack RL: per-step G in [2,64] from past success rates, same R rows',
+}
 
 # Smoke mode: the tiny model of tests/test_train.py, a few steps, one seed.
 SMOKE_OVERRIDES = {
@@ -72,9 +77,14 @@ SMOKE_OVERRIDES = {
     'model.n_kv_heads': 2, 'model.head_dim': 8, 'data.num_train': 96, 'data.num_eval': 32,
     'warm_start.steps': 30, 'train.rows_per_batch': 16, 'train.num_steps': 40,
     'eval.every_steps': 2, 'checkpoint.every_steps': 100, 'sgpo.unsolved_keep_fraction': 1.0,
-    'sgpo.trivial_threshold': 0.99,
+    'sgpo.trivial_threshold': 0.99, 'greso.group_size': 4, 'knapsack.group_size': 4,
+    'knapsack.max_group_size': 16, 'train.flops_budget': 1.1e9,
 }
-SMOKE_BUDGET = 1.1e9  # ~14 tiny steps of profiling + ~6 of training
+SMOKE_REGIME = 'smoke'
+
+
+# ----------------------------------------------------------------------------------------
+# Arms, runs, the sweep
 
 
 def parse_arm(spec: str) -> tuple[str, tuple[str, dict[str, Any]]]:
@@ -98,14 +108,53 @@ def _parse_value(v: str) -> Any:
   return {'True': True, 'False': False}.get(v, v)
 
 
-def build_entries(arms: dict[str, tuple[str, dict]], seeds: list[int], base: dict[str, Any],
-                  budget: float) -> list[dict[str, Any]]:
-  entries = []
-  for seed in seeds:  # seed-major: a cut-short sweep still has every arm
-    for arm, (method, overrides) in arms.items():
-      entries.append({'name': f'{arm}_seed{seed}', 'method': method, 'seed': seed, **base,
-                      'train.flops_budget': float(budget), **overrides})
-  return entries
+def parse_seeds(spec: str) -> list[int]:
+  """'0-4' -> [0..4]; '0,2,5' -> [0, 2, 5]."""
+  seeds: list[int] = []
+  for part in spec.split(','):
+    if '-' in part:
+      lo, hi = part.split('-')
+      seeds += list(range(int(lo), int(hi) + 1))
+    elif part:
+      seeds.append(int(part))
+  return seeds
+
+
+def run_entries(regimes: list[str], arms: dict[str, tuple[str, dict]], seeds: list[int],
+                extra: dict[str, Any]) -> list[dict[str, Any]]:
+  """Seed-major order: a sweep cut short still has every regime and arm at the seeds done."""
+  out = []
+  for seed in seeds:
+    for regime in regimes:
+      for arm, (method, overrides) in arms.items():
+        out.append({'regime': regime, 'arm': arm, 'seed': seed, 'name': f'{arm}_seed{seed}',
+                    'overrides': {'method': method, 'seed': seed, **extra, **overrides}})
+  return out
+
+
+def config_arg(regime: str) -> str:
+  return 'configs/default.py' if regime == SMOKE_REGIME else f'configs/default.py:regime={regime}'
+
+
+def run_one(entry: dict[str, Any], runs_dir: str, code_dir: str, log) -> bool:
+  """Runs (or resumes) one run; True when it has a summary.json afterwards."""
+  workdir = os.path.join(runs_dir, entry['regime'], entry['name'])
+  if os.path.exists(os.path.join(workdir, 'summary.json')):
+    return True
+  cmd = sweep.command_for(entry['overrides'], workdir, config_arg(entry['regime']))
+  os.makedirs(workdir, exist_ok=True)
+  log(f"[compare] {entry['regime']}/{entry['name']}: " + ' '.join(cmd[1:]))
+  start = time.time()
+  with open(os.path.join(workdir, 'stdout.log'), 'a') as fh:
+    proc = subprocess.run(cmd, cwd=code_dir, stdout=fh, stderr=subprocess.STDOUT,
+                          env=dict(os.environ, PYTHONPATH=code_dir))
+  log(f"[compare] {entry['regime']}/{entry['name']}: exit {proc.returncode} after "
+      f'{time.time() - start:.0f} s')
+  return proc.returncode == 0
+
+
+# ----------------------------------------------------------------------------------------
+# Curves and the statistics (pure functions: tests/test_compare.py)
 
 
 def read_curve(workdir: str) -> tuple[np.ndarray, np.ndarray]:
@@ -121,93 +170,248 @@ def read_curve(workdir: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def on_grid(xs: np.ndarray, ys: np.ndarray, grid: np.ndarray) -> np.ndarray:
-  """Linear interpolation; beyond the last eval (a run stopped by its allocator) -> NaN.
+  """Linear interpolation; beyond the last eval (a run stopped early) -> NaN.
 
   A run that stopped at most one step past the budget has its last eval at or after the
-  grid's end; a run with nothing before a grid point (sGPO's profile) holds its first value.
+  grid's end (its final eval); a run with nothing before a grid point (sGPO's profile)
+  holds its first value (the initial policy's accuracy).
   """
   out = np.interp(grid, xs, ys)
   out[grid > xs[-1] * (1 + 1e-9)] = np.nan
   if xs[-1] >= grid[-1]:
-    out[-1] = ys[-1]  # the eval of the step that crossed the budget is the run's final
+    out[-1] = ys[-1]
   return out
 
 
-def first_reach(grid: np.ndarray, curve: np.ndarray, target: float) -> float | None:
-  """First grid point where curve >= target, confirmed by the next one (rule in the
-  module docstring); None if never."""
+def first_reach(grid: np.ndarray, curve: np.ndarray, target: float) -> float:
+  """First grid point where curve >= target and the next one is too (the last point needs
+  no confirmation); +inf if never."""
   ok = np.nan_to_num(curve, nan=-np.inf) >= target - 1e-12
   for i in range(len(grid)):
     if ok[i] and (i == len(grid) - 1 or ok[i + 1]):
       return float(grid[i])
-  return None
+  return float('inf')
 
 
-def analyse(arms: list[str], runs: dict[str, list[str]], budget: float,
-            reference: str = 'grpo') -> dict[str, Any]:
-  """The comparison numbers of one block from its runs' workdirs ({arm: [workdir per seed]})."""
-  grid = np.linspace(0.0, budget, GRID_POINTS + 1)
-  curves, finals, per_arm = {}, {}, {}
-  for arm in arms:
-    seed_curves, seed_finals = [], []
-    for workdir in runs[arm]:
-      xs, ys = read_curve(workdir)
-      seed_curves.append(on_grid(xs, ys, grid))
-      seed_finals.append(float(ys[-1]))
-    curves[arm] = np.asarray(seed_curves)
-    finals[arm] = np.asarray(seed_finals)
-  target = float(finals[reference].mean())
-  for arm in arms:
-    mean_curve = np.nanmean(curves[arm], axis=0) if np.isfinite(curves[arm]).any() else \
-        curves[arm][0]
-    per_seed = [first_reach(grid, c, target) for c in curves[arm]]
-    summaries = []
-    for workdir in runs[arm]:
-      with open(os.path.join(workdir, 'summary.json')) as f:
-        summaries.append(json.load(f))
-    per_arm[arm] = {
-        'final_accuracy': {'mean': float(finals[arm].mean()), 'std': float(finals[arm].std()),
-                           'per_seed': finals[arm].tolist()},
-        'initial_accuracy': float(np.mean([s['eval_accuracy_initial'] for s in summaries])),
-        'flops_to_target': first_reach(grid, mean_curve, target),
-        'flops_to_target_per_seed': per_seed,
-        'flops_total_mean': float(np.mean([s['flops']['total'] for s in summaries])),
-        'flops_profile_mean': float(np.mean([s['flops']['profile'] for s in summaries])),
-        'steps_mean': float(np.mean([s['steps'] for s in summaries])),
-        'padding_fraction_mean': float(np.mean([s['padding_fraction'] for s in summaries])),
-        'wall_seconds_mean': float(np.mean([s['wall_seconds'] for s in summaries])),
-        'mean_curve': [None if not np.isfinite(v) else float(v) for v in mean_curve],
-    }
-    if summaries[0].get('profile'):
-      per_arm[arm]['profile'] = summaries[0]['profile']
-  return {'target_accuracy': target, 'grid_flops': grid.tolist(), 'arms': per_arm}
+def seed_mean(curves_SxK: np.ndarray) -> np.ndarray:
+  with np.errstate(all='ignore'):
+    import warnings
+    with warnings.catch_warnings():
+      warnings.simplefilter('ignore', category=RuntimeWarning)
+      return np.nanmean(curves_SxK, axis=0)
 
 
-def ratio(numerator: float | None, denominator: float | None) -> float | None:
-  if numerator is None or denominator is None or denominator <= 0:
+def ratio(reference: float, arm: float) -> float:
+  """reference FLOPs / arm FLOPs: inf when only the arm reaches, 0 when only the reference
+  does, NaN when neither does (undefined)."""
+  if np.isinf(arm):
+    return float('nan') if np.isinf(reference) else 0.0
+  if arm <= 0:
+    return float('inf') if reference > 0 else float('nan')
+  return float(reference / arm)
+
+
+def interval(samples: np.ndarray) -> list[float] | None:
+  """Percentile 95% interval over the defined (non-NaN) bootstrap replicates; the quantiles
+  are actual replicate values, so an arm that misses the target in >2.5% of resamples has
+  an infinite upper end."""
+  samples = np.asarray(samples, dtype=np.float64)
+  samples = samples[~np.isnan(samples)]
+  if samples.size == 0:
     return None
-  return numerator / denominator
+  lo, hi = np.quantile(samples, [0.025, 0.975], method='inverted_cdf')
+  return [float(lo), float(hi)]
 
 
-def plot(block: dict[str, Any], runs: dict[str, list[str]], path: str) -> None:
+def bootstrap_flops(grid: np.ndarray, curves: dict[str, np.ndarray],
+                    finals: dict[str, np.ndarray], reference: str = 'grpo',
+                    num: int = BOOTSTRAP, seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
+  """Bootstrap replicates over seeds: each replicate resamples every arm's seeds (with
+  replacement, independently), recomputes the target from the resampled reference finals
+  and every arm's FLOPs to that target on its resampled seed-mean curve.
+
+  Returns {'target': [num], 'flops': {arm: [num]}}.
+  """
+  rng = np.random.default_rng(seed)
+  arms = list(curves)
+  target_B = np.zeros(num)
+  flops = {a: np.zeros(num) for a in arms}
+  for b in range(num):
+    picks = {a: rng.integers(0, len(curves[a]), len(curves[a])) for a in arms}
+    target_B[b] = finals[reference][picks[reference]].mean()
+    for a in arms:
+      flops[a][b] = first_reach(grid, seed_mean(curves[a][picks[a]]), target_B[b])
+  return {'target': target_B, 'flops': flops}
+
+
+def auc(grid: np.ndarray, curve: np.ndarray) -> float:
+  """Mean accuracy over [0, budget] (trapezoid area / budget), NaN holes skipped."""
+  ok = ~np.isnan(curve)
+  if ok.sum() < 2:
+    return float('nan')
+  return float(np.trapezoid(curve[ok], grid[ok]) / (grid[ok][-1] - grid[ok][0]))
+
+
+# ----------------------------------------------------------------------------------------
+# One regime's numbers
+
+
+def _summary(workdir: str) -> dict[str, Any]:
+  with open(os.path.join(workdir, 'summary.json')) as f:
+    return json.load(f)
+
+
+def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = 'grpo',
+                   num_bootstrap: int = BOOTSTRAP) -> dict[str, Any]:
+  """The comparison numbers of one regime from its finished runs ({arm: [workdir...]});
+  arms without a finished run are left out. Needs the reference arm."""
+  runs = {a: w for a, w in runs.items() if w}
+  if reference not in runs:
+    raise ValueError(f'no finished {reference} run: the target needs it')
+  grid = np.linspace(0.0, budget, GRID_POINTS + 1)
+  curves, finals, summaries = {}, {}, {}
+  for arm, workdirs in runs.items():
+    curves[arm] = np.asarray([on_grid(*read_curve(w), grid) for w in workdirs])
+    finals[arm] = np.asarray([read_curve(w)[1][-1] for w in workdirs])
+    summaries[arm] = [_summary(w) for w in workdirs]
+  target = float(finals[reference].mean())
+  point = {a: first_reach(grid, seed_mean(curves[a]), target) for a in runs}
+  boot = bootstrap_flops(grid, curves, finals, reference, num_bootstrap)
+  out_arms = {}
+  for arm in runs:
+    s = summaries[arm]
+    fin = finals[arm]
+    mean_curve = seed_mean(curves[arm])
+    a = {
+        'seeds': [int(x['seed']) for x in s],
+        'flops_to_target': {
+            'mean': _finite(point[arm]),
+            'ci95': _finite_list(interval(boot['flops'][arm])),
+            'reached_fraction': float(np.mean(np.isfinite(boot['flops'][arm]))),
+            'per_seed': [_finite(first_reach(grid, c, target)) for c in curves[arm]]},
+        'final_accuracy': {'mean': float(fin.mean()),
+                           'std': float(fin.std(ddof=1)) if fin.size > 1 else 0.0,
+                           'per_seed': fin.tolist()},
+        'auc': auc(grid, mean_curve),
+        'auc_per_seed': [auc(grid, c) for c in curves[arm]],
+        'initial_accuracy': float(np.mean([x['eval_accuracy_initial'] for x in s])),
+        'flops_total_mean': float(np.mean([x['flops']['total'] for x in s])),
+        'flops_profile_mean': float(np.mean([x['flops']['profile'] for x in s])),
+        'steps_mean': float(np.mean([x['steps'] for x in s])),
+        'padding_fraction_mean': float(np.mean([x['padding_fraction'] for x in s])),
+        'wall_seconds': {'mean': float(np.mean([x['wall_seconds'] for x in s])),
+                         'per_seed': [float(x['wall_seconds']) for x in s]},
+        'mean_curve': [_finite(v, nan=True) for v in mean_curve],
+        'band_curve': {'lo': [_finite(v, nan=True) for v in np.nanmin(curves[arm], axis=0)],
+                       'hi': [_finite(v, nan=True) for v in np.nanmax(curves[arm], axis=0)]},
+    }
+    for ref, key in ((reference, 'ratio_vs_grpo'), ('dapo', 'ratio_vs_dapo')):
+      if ref in runs:
+        reps = np.array([ratio(r, x) for r, x in zip(boot['flops'][ref], boot['flops'][arm])])
+        a[key] = {'point': _finite(ratio(point[ref], point[arm]), nan=True),
+                  'ci95': _finite_list(interval(reps)),
+                  'undefined_fraction': float(np.mean(np.isnan(reps)))}
+      else:
+        a[key] = {'point': None, 'ci95': None, 'undefined_fraction': None}
+    if s[0].get('profile'):
+      a['profile'] = s[0]['profile']
+    out_arms[arm] = a
+  ref_wall = out_arms[reference]['wall_seconds']['mean']
+  for a in out_arms.values():
+    a['wall_ratio_vs_grpo'] = a['wall_seconds']['mean'] / ref_wall if ref_wall else None
+  return {'target_accuracy': target,
+          'target_ci95': interval(boot['target']),
+          'grid_flops': grid.tolist(), 'flops_budget': budget, 'arms': out_arms}
+
+
+def _finite(x: float, nan: bool = False) -> float | None:
+  """JSON-safe: inf -> None ('never'), NaN -> None."""
+  if x is None or not np.isfinite(x):
+    return None
+  return float(x)
+
+
+def _finite_list(xs: list[float] | None) -> list[float | None] | None:
+  return None if xs is None else [_finite(x) for x in xs]
+
+
+def regime_facts(runs: dict[str, list[str]], config: dict[str, Any]) -> dict[str, Any]:
+  """Regime-level facts: the pool under the initial policy (from a paper-settings sGPO
+  profile: trivial = p_hat > threshold, unsolved = p_hat = 0) and GRPO's epochs."""
+  facts: dict[str, Any] = {'trivial_fraction': None, 'unsolved_fraction': None,
+                           'epochs_grpo': None, 'eval_problems': config['data']['num_eval'],
+                           'rl_pool_size': config['data']['rl_pool_size'] or
+                           config['data']['num_train'],
+                           'rows_per_batch': config['train']['rows_per_batch']}
+  profiled = [w for arm in ('sgpo',) for w in runs.get(arm, [])]
+  if profiled:
+    p = _summary(profiled[0])['profile']
+    facts['trivial_fraction'] = p['n_trivial'] / p['n_queries']
+    facts['unsolved_fraction'] = p['n_unsolved'] / p['n_queries']
+  if runs.get('grpo'):
+    steps = np.mean([_summary(w)['steps'] for w in runs['grpo']])
+    per_step = config['train']['rows_per_batch'] / config['grpo']['group_size']
+    facts['epochs_grpo'] = float(steps * per_step / facts['rl_pool_size'])
+  return facts
+
+
+def finished_runs(runs_dir: str, regime: str, arms: list[str], seeds: list[int]
+                  ) -> dict[str, list[str]]:
+  out = {}
+  for arm in arms:
+    out[arm] = [os.path.join(runs_dir, regime, f'{arm}_seed{s}') for s in seeds
+                if os.path.exists(os.path.join(runs_dir, regime, f'{arm}_seed{s}',
+                                               'summary.json'))]
+  return out
+
+
+def analyse(runs_dir: str, regimes: list[str], arms: list[str], seeds: list[int],
+            command: str, num_bootstrap: int = BOOTSTRAP) -> dict[str, Any]:
+  results: dict[str, Any] = {'command': command, 'seeds_planned': seeds, 'regimes': {}}
+  for regime in regimes:
+    runs = finished_runs(runs_dir, regime, arms, seeds)
+    if not runs.get('grpo'):
+      continue
+    with open(os.path.join(runs['grpo'][0], 'config.json')) as f:
+      config = json.load(f)
+    block = analyse_regime(runs, float(config['train']['flops_budget']),
+                           num_bootstrap=num_bootstrap)
+    facts = regime_facts(runs, config)
+    block.update(facts)
+    for a in block['arms'].values():  # the regime's facts, repeated per arm for readers
+      a.update({k: facts[k] for k in ('trivial_fraction', 'unsolved_fraction', 'epochs_grpo')})
+    results['regimes'][regime] = block
+  head = results['regimes'].get(HEADLINE_REGIME, {}).get('arms', {}).get(HEADLINE_ARM)
+  results['headline'] = f'{HEADLINE_REGIME}/{HEADLINE_ARM}'
+  results['flops_ratio_vs_grpo'] = head['ratio_vs_grpo']['point'] if head else None
+  results['flops_ratio_vs_dapo'] = head['ratio_vs_dapo']['point'] if head else None
+  results['final_accuracy'] = ({k: head['final_accuracy'][k] for k in ('mean', 'std')}
+                               if head else None)
+  return results
+
+
+# ----------------------------------------------------------------------------------------
+# Report
+
+
+def plot_regime(name: str, block: dict[str, Any], path: str) -> None:
   import matplotlib
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt
   grid = np.asarray(block['grid_flops'])
-  fig, ax = plt.subplots(figsize=(7, 4.2))
-  for i, (arm, workdirs) in enumerate(runs.items()):
+  fig, ax = plt.subplots(figsize=(7.5, 4.5))
+  for i, (arm, a) in enumerate(block['arms'].items()):
+    f = lambda xs: np.array([np.nan if v is None else v for v in xs])  # noqa: E731
     color = f'C{i}'
-    curves = np.asarray([on_grid(*read_curve(w), grid) for w in workdirs])
-    mean = np.nanmean(curves, axis=0)
-    ax.plot(grid, mean, color=color, lw=2, label=f'{arm} (n={len(workdirs)})')
-    if len(workdirs) > 1:
-      ax.fill_between(grid, np.nanmin(curves, axis=0), np.nanmax(curves, axis=0), color=color,
-                      alpha=0.18, lw=0)
+    ax.plot(grid, f(a['mean_curve']), color=color, lw=2, label=f"{arm} (n={len(a['seeds'])})")
+    if len(a['seeds']) > 1:
+      ax.fill_between(grid, f(a['band_curve']['lo']), f(a['band_curve']['hi']), color=color,
+                      alpha=0.12, lw=0)
   ax.axhline(block['target_accuracy'], color='k', ls=':', lw=1, label='target (GRPO final)')
-  ax.set_xlabel('cumulative training FLOPs (profiling + rollouts + training)')
+  ax.set_xlabel('cumulative FLOPs (profiling + rollouts + training)')
   ax.set_ylabel('held-out greedy accuracy')
-  ax.set_title(f"{block['name']}: mean over seeds, shaded min-max")
-  ax.legend(fontsize=8)
+  ax.set_title(f'{name}: seed mean, shaded min-max over seeds')
+  ax.legend(fontsize=7, ncol=2)
   fig.tight_layout()
   os.makedirs(os.path.dirname(path), exist_ok=True)
   fig.savefig(path, dpi=110)
@@ -219,135 +423,143 @@ def _pct(x: float | None) -> str:
 
 
 def _sci(x: float | None) -> str:
-  return 'never' if x is None else f'{x:.3g}'
+  return 'never' if x is None else f'{x:.2e}'
 
 
-def _ratio_str(x: float | None) -> str:
-  return 'n/a (not reached)' if x is None else f'{x:.2f}x'
+def _ci(ci: list | None, fmt) -> str:
+  if ci is None:
+    return 'n/a'
+  return f"[{fmt(ci[0])}, {'inf' if ci[1] is None else fmt(ci[1])}]"
 
 
-def render_block(block: dict[str, Any], heading: str) -> list[str]:
-  lines = [f'## {heading}', '', f"Command: `{block['command']}`", '',
-           f"Seeds: {block['seeds']}. FLOPs budget: {block['flops_budget']:.3g}. Target "
-           f"accuracy (GRPO mean final): {_pct(block['target_accuracy'])}%.", '',
-           f"**FLOPs ratio GRPO / sGPO (arm `{block.get('sgpo_arm')}`) to reach the target: "
-           f"{_ratio_str(block['flops_ratio_vs_grpo'])}; DAPO / sGPO: "
-           f"{_ratio_str(block['flops_ratio_vs_dapo'])}.**", '',
-           '| arm | initial acc % | final acc % (mean ± std) | FLOPs to target | GRPO / arm '
-           'FLOPs | steps | profile FLOPs | padding | wall s |',
-           '|---|---|---|---|---|---|---|---|---|']
-  grpo_flops = block['arms'].get('grpo', {}).get('flops_to_target')
-  for arm, a in block['arms'].items():
-    fa = a['final_accuracy']
-    lines.append(f"| {arm} | {_pct(a['initial_accuracy'])} | {_pct(fa['mean'])} ± "
-                 f"{_pct(fa['std'])} | {_sci(a['flops_to_target'])} | "
-                 f"{_ratio_str(ratio(grpo_flops, a['flops_to_target']))} | {a['steps_mean']:.0f} | "
-                 f"{a['flops_profile_mean']:.3g} | {a['padding_fraction_mean']:.1%} | "
-                 f"{a['wall_seconds_mean']:.0f} |")
-  lines += ['', 'Per-seed FLOPs to target: ' + '; '.join(
-      f"{arm}: {', '.join(_sci(x) for x in a['flops_to_target_per_seed'])}"
-      for arm, a in block['arms'].items()), '']
-  for arm, a in block['arms'].items():
-    if 'profile' in a:
-      p = a['profile']
-      lines.append(f"{arm} profile: {p['n_queries']} queries, {p['n_trivial']} trivial, "
-                   f"{p['n_unsolved']} unsolved ({p['n_unsolved_kept']} kept), prompts per "
-                   f"pass by G {p['group_size_histogram']}.")
-  if block.get('note'):
-    lines += ['', block['note']]
-  lines += ['', f"![{block['name']}](plots/compare_{block['name']}.png)", '']
-  return lines
+def _x(v: float | None) -> str:
+  return 'n/a' if v is None else f'{v:.2f}x'
 
 
 def render(results: dict[str, Any]) -> str:
-  lines = ['# sGPO vs GRPO vs DAPO at equal total FLOPs', '',
+  lines = ['# Compute-saving methods at equal total FLOPs', '',
            'Generated by `experiments/compare.py` from `compare.json` (edit neither by hand).',
-           '', '"First reaches" rule: each run\'s eval curve (accuracy vs cumulative FLOPs, '
-           'profiling included) is linearly interpolated onto a grid of '
-           f'{GRID_POINTS} equal steps up to the budget and averaged over seeds; the target is '
-           "GRPO's mean final accuracy; an arm reaches it at the first grid point where its "
-           'seed-mean curve is >= the target and the next grid point is too (the last point '
-           "needs no confirmation). GRPO's own FLOPs come from the same rule on its curve. "
-           'Same held-out problems and same initial policy (shared warm-start cache, same '
-           'data.seed) for every run.', '']
-  if 'arms' in results:
-    lines += render_block(results, f"Main regime: {results['name']}")
-  for name, block in results.get('ablations', {}).items():
-    lines += render_block(block, f'Ablation: {name}')
+           f"Command: `{results['command']}`", '',
+           'Protocol. Each regime is a named config block (`configs/default.py:regime=NAME`); '
+           'every run of a regime starts from the same warm-start policy and is scored on the '
+           'same held-out problems (greedy); the FLOPs budget (profiling included) ends every '
+           'run. Each run\'s eval curve (accuracy vs cumulative FLOPs) is interpolated onto '
+           f'{GRID_POINTS} equal steps up to the budget and averaged over seeds. Target = '
+           "GRPO's mean final accuracy. FLOPs to target = first grid point where the seed-mean "
+           'curve is >= the target and the next one is too. Ratio vs GRPO (vs DAPO) = '
+           "GRPO's (DAPO's) FLOPs to target / the arm's: > 1 means the arm needs fewer "
+           f'FLOPs. 95% intervals: {BOOTSTRAP} bootstrap resamples of the seeds of every arm '
+           '(GRPO\'s resample also moves the target); "inf" = in more than 2.5% of resamples '
+           'the arm never reaches the target. AUC = mean accuracy over the budget. Wall-clock '
+           'was measured on a 2-core CPU shared with other work: compare it within a regime '
+           'only, loosely.', '']
+  if results.get('flops_ratio_vs_grpo') is not None or results.get('final_accuracy'):
+    lines += [f"Headline ({results['headline']}): FLOPs ratio vs GRPO "
+              f"{_x(results['flops_ratio_vs_grpo'])}, vs DAPO "
+              f"{_x(results['flops_ratio_vs_dapo'])}; final accuracy "
+              f"{_pct((results['final_accuracy'] or {}).get('mean'))}%.", '']
+  for name, block in results['regimes'].items():
+    n_seeds = {a: len(v['seeds']) for a, v in block['arms'].items()}
+    epochs = 'n/a' if block['epochs_grpo'] is None else f"{block['epochs_grpo']:.2f}"
+    lines += [f'## Regime `{name}`', '',
+              f"Pool {block['rl_pool_size']} prompts, {block['rows_per_batch']} rows per "
+              f"batch, budget {block['flops_budget']:.3g} FLOPs, {block['eval_problems']} "
+              f"eval problems. Under the initial policy: trivial (p_hat > 0.75) "
+              f"{_pct(block['trivial_fraction'])}%, unsolved (p_hat = 0) "
+              f"{_pct(block['unsolved_fraction'])}%. GRPO sees each prompt "
+              f"{epochs} times. Target: {_pct(block['target_accuracy'])}% "
+              f"(95% CI {_ci(block['target_ci95'], _pct)}). Seeds finished: {n_seeds}.", '',
+              '| arm | seeds | final acc % (mean ± std) | FLOPs to target [95% CI] | vs GRPO '
+              '[95% CI] | vs DAPO [95% CI] | AUC % | profile FLOPs | wall s (x GRPO) |',
+              '|---|---|---|---|---|---|---|---|---|']
+    for arm, a in block['arms'].items():
+      fa, ft = a['final_accuracy'], a['flops_to_target']
+      rg, rd = a['ratio_vs_grpo'], a['ratio_vs_dapo']
+      wr = a['wall_ratio_vs_grpo']
+      lines.append(
+          f"| {arm} | {len(a['seeds'])} | {_pct(fa['mean'])} ± {_pct(fa['std'])} | "
+          f"{_sci(ft['mean'])} {_ci(ft['ci95'], _sci)} | {_x(rg['point'])} "
+          f"{_ci(rg['ci95'], _x)} | {_x(rd['point'])} {_ci(rd['ci95'], _x)} | "
+          f"{_pct(a['auc'])} | {a['flops_profile_mean']:.2g} | "
+          f"{a['wall_seconds']['mean']:.0f} ({'n/a' if wr is None else f'{wr:.2f}'}) |")
+    lines += ['', 'Arms: ' + '; '.join(f'`{a}` = {ARM_NOTES.get(a, a)}'
+                                       for a in block['arms']) + '.', '',
+              f'![{name}](plots/compare_{name}.png)', '']
   return '\n'.join(lines)
+
+
+def write_results(results: dict[str, Any], results_dir: str) -> None:
+  os.makedirs(os.path.join(results_dir, 'plots'), exist_ok=True)
+  for name, block in results['regimes'].items():
+    plot_regime(name, block, os.path.join(results_dir, 'plots', f'compare_{name}.png'))
+  with open(os.path.join(results_dir, 'compare.json'), 'w') as f:
+    json.dump(results, f, indent=1)
+  with open(os.path.join(results_dir, 'compare.md'), 'w') as f:
+    f.write(render(results))
+
+
+# ----------------------------------------------------------------------------------------
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--block', default=MAIN_BLOCK,
-                      help="results block name; 'main' is the headline, others are ablations")
-  parser.add_argument('--seeds', default='0,1,2')
-  parser.add_argument('--budget', type=float, default=None, help='total FLOPs per run')
-  parser.add_argument('--arms', default='sgpo,grpo,dapo', help='built-in arms to run')
+  parser.add_argument('--regimes', default=','.join(DEFAULT_REGIMES))
+  parser.add_argument('--arms', default=','.join(ARMS), help=f'from {list(ARMS)}')
   parser.add_argument('--arm', action='append', default=[],
                       help="extra arm 'name=method,field=value,...' (repeatable)")
+  parser.add_argument('--seeds', default='0-4', help="'0-4' or '0,1,2'")
   parser.add_argument('--set', action='append', default=[],
                       help="override for every run 'field=value' (repeatable)")
-  parser.add_argument('--num-train', type=int, default=None, help='shortcut: data.num_train')
-  parser.add_argument('--runs-dir', default=os.path.join(REPO, 'runs', 'compare'))
+  parser.add_argument('--runs-dir', default=os.path.join(REPO, 'runs', 'compare'),
+                      help='shared runs folder, e.g. /work/compare_runs')
+  parser.add_argument('--code-dir', default=REPO,
+                      help='checkout the runs execute (a frozen copy keeps a sweep stable)')
   parser.add_argument('--results-dir', default=RESULTS)
   parser.add_argument('--cache-dir', default=None,
                       help='shared warm-start cache (default RUNS_DIR/warm_start)')
-  parser.add_argument('--note', default='', help='a sentence for the block in compare.md')
+  parser.add_argument('--analyse-only', action='store_true', help='no runs: report what exists')
+  parser.add_argument('--bootstrap', type=int, default=BOOTSTRAP)
   parser.add_argument('--smoke', action='store_true', help='tiny model, 1 seed, few steps')
   args = parser.parse_args()
 
-  base = dict(SMOKE_OVERRIDES if args.smoke else MAIN_OVERRIDES)
-  budget = args.budget or (SMOKE_BUDGET if args.smoke else DEFAULT_BUDGET)
-  seeds = [0] if args.smoke else [int(s) for s in args.seeds.split(',') if s]
-  base['warm_start.cache_dir'] = args.cache_dir or os.path.join(args.runs_dir, 'warm_start')
-  if args.num_train:
-    base['data.num_train'] = args.num_train
-  for kv in args.set:
-    k, v = kv.split('=', 1)
-    base[k] = _parse_value(v)
-  arms = {a: DEFAULT_ARMS[a] for a in args.arms.split(',') if a}
+  unknown = [a for a in args.arms.split(',') if a and a not in ARMS]
+  if unknown:
+    raise SystemExit(f'--arms: unknown {unknown}; known {list(ARMS)} (or add one with --arm)')
+  arms = {a: ARMS[a] for a in args.arms.split(',') if a}
   arms.update(parse_arm(spec) for spec in args.arm)
   if 'grpo' not in arms:
-    arms['grpo'] = DEFAULT_ARMS['grpo']  # the reference every block needs
+    arms = {'grpo': ARMS['grpo'], **arms}  # the reference every regime needs
+  regimes = [SMOKE_REGIME] if args.smoke else [r for r in args.regimes.split(',') if r]
+  seeds = [0] if args.smoke else parse_seeds(args.seeds)
+  extra: dict[str, Any] = dict(SMOKE_OVERRIDES) if args.smoke else {}
+  extra['warm_start.cache_dir'] = args.cache_dir or os.path.join(args.runs_dir, 'warm_start')
+  for kv in args.set:
+    k, v = kv.split('=', 1)
+    extra[k] = _parse_value(v)
+  command = ' '.join(['python', 'experiments/compare.py'] + sys.argv[1:])
+  log = lambda m: print(m, flush=True)  # noqa: E731
 
-  block_dir = os.path.join(args.runs_dir, args.block)
-  entries = build_entries(arms, seeds, base, budget)
-  start = time.time()
-  sweep.run_sweep(entries, block_dir, log=lambda m: print(m, flush=True))
-  runs = {arm: [os.path.join(block_dir, f'{arm}_seed{s}') for s in seeds] for arm in arms}
-  block = analyse(list(arms), runs, budget)
-  sgpo_arm = next((a for a in arms if arms[a][0] == 'sgpo'), None)
-  sg = block['arms'][sgpo_arm]['flops_to_target'] if sgpo_arm else None
-  block.update(
-      name=args.block, seeds=seeds, flops_budget=budget, sgpo_arm=sgpo_arm,
-      command=' '.join(['python', 'experiments/compare.py'] + sys.argv[1:]),
-      base_overrides=base, arm_specs={a: {'method': m, 'overrides': o}
-                                      for a, (m, o) in arms.items()},
-      flops_ratio_vs_grpo=ratio(block['arms']['grpo']['flops_to_target'], sg),
-      flops_ratio_vs_dapo=ratio(block['arms']['dapo']['flops_to_target'], sg)
-      if 'dapo' in arms else None,
-      final_accuracy={a: {k: v['final_accuracy'][k] for k in ('mean', 'std')}
-                      for a, v in block['arms'].items()},
-      wall_seconds=time.time() - start, note=args.note)
-  os.makedirs(args.results_dir, exist_ok=True)
-  plot(block, runs, os.path.join(args.results_dir, 'plots', f'compare_{args.block}.png'))
+  def report() -> None:
+    results = analyse(args.runs_dir, regimes, list(arms), seeds, command, args.bootstrap)
+    if results['regimes']:
+      write_results(results, args.results_dir)
 
-  json_path = os.path.join(args.results_dir, 'compare.json')
-  results = {}
-  if os.path.exists(json_path):
-    with open(json_path) as f:
-      results = json.load(f)
-  if args.block == MAIN_BLOCK or args.smoke:
-    ablations = results.get('ablations', {})
-    results = dict(block, ablations=ablations)
-  else:
-    results.setdefault('ablations', {})[args.block] = block
-  with open(json_path, 'w') as f:
-    json.dump(results, f, indent=1)
-  with open(os.path.join(args.results_dir, 'compare.md'), 'w') as f:
-    f.write(render(results))
-  print(render(results))
+  if not args.analyse_only:
+    failed = []
+    for entry in run_entries(regimes, arms, seeds, extra):
+      done_before = os.path.exists(os.path.join(args.runs_dir, entry['regime'],
+                                                entry['name'], 'summary.json'))
+      if not run_one(entry, args.runs_dir, args.code_dir, log):
+        failed.append(f"{entry['regime']}/{entry['name']}")
+        continue
+      if not done_before:
+        report()
+    if failed:
+      log(f'[compare] failed runs (see their stdout.log): {failed}')
+  report()
+  md = os.path.join(args.results_dir, 'compare.md')
+  if os.path.exists(md):
+    print(open(md).read())
 
 
 if __name__ == '__main__':

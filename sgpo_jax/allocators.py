@@ -624,7 +624,7 @@ class SGPOAllocator:
 
 
 def make_allocator(config: Any, num_queries: int, profile: Any = None) -> Allocator:
-  """The allocator for config.method ('sgpo' | 'grpo' | 'dapo').
+  """The allocator for config.method ('sgpo' | 'grpo' | 'dapo' | 'greso' | 'knapsack').
 
   sgpo needs `profile`: an `sgpo.Allocation`, or anything `sgpo.allocate` accepts (it is
   then allocated with config.sgpo and config.seed).
@@ -644,8 +644,17 @@ def make_allocator(config: Any, num_queries: int, profile: Any = None) -> Alloca
     allocation = (profile if isinstance(profile, Allocation)
                   else sgpo.allocate(profile, config.sgpo, seed))
     return SGPOAllocator(allocation, config.sgpo, rows_per_batch, seed, num_queries)
+  if method == 'greso':
+    from sgpo_jax import greso
+    return greso.GRESOAllocator(num_queries, greso.GRESOSettings.from_config(config.greso),
+                                rows_per_batch, seed)
+  if method == 'knapsack':
+    from sgpo_jax import knapsack
+    return knapsack.KnapsackAllocator(
+        num_queries, knapsack.KnapsackSettings.from_config(config.knapsack), rows_per_batch,
+        seed)
   if method == 'sgpo_bayes':
     from sgpo_jax import bayes_allocator
     return bayes_allocator.BayesAllocator.from_config(config, num_queries)
   raise ValueError(f"config.method={method!r} is not one of 'sgpo', 'grpo', 'dapo', "
-                   "'sgpo_bayes'")
+                   "'greso', 'knapsack', 'sgpo_bayes'")

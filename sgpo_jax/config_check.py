@@ -11,7 +11,7 @@ from typing import Any
 
 import ml_collections
 
-METHODS = ('sgpo', 'grpo', 'dapo', 'sgpo_bayes')
+METHODS = ('sgpo', 'grpo', 'dapo', 'greso', 'knapsack', 'sgpo_bayes')
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -67,6 +67,15 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
   for name in ('max_prompt_len', 'max_new_tokens'):
     if s[name] < 1:
       raise ValueError(f'sampling.{name}={s[name]} must be >= 1.')
+  if config.method == 'greso':
+    from sgpo_jax import greso
+    greso.GRESOSettings.from_config(config.greso)  # typed, range-checked
+  if config.method == 'knapsack':
+    from sgpo_jax import knapsack
+    ks = knapsack.KnapsackSettings.from_config(config.knapsack)
+    if ks.max_group_size > t.rows_per_batch:
+      raise ValueError(f'knapsack.max_group_size={ks.max_group_size} exceeds '
+                       f'train.rows_per_batch={t.rows_per_batch}; lower it.')
   group_sizes = _group_sizes(config)
   for g in group_sizes:
     if g < 1 or t.rows_per_batch % g:
@@ -107,4 +116,8 @@ def _group_sizes(config) -> tuple[int, ...]:
     return (int(config.grpo.group_size),)
   if config.method == 'sgpo_bayes':
     return tuple(int(g) for g in config.bayes.group_sizes)
+  if config.method == 'greso':
+    return (int(config.greso.group_size),)
+  if config.method == 'knapsack':  # any size in [min, max] fits: R only bounds the sum
+    return (int(config.knapsack.group_size),)
   return (int(config.dapo.group_size),)

@@ -276,7 +276,8 @@ def load_queries_with_report(data_config: Any, split: str, seed: int = 0, tokeni
 
     train, evaluation = arithmetic.train_eval_queries(
         data_config.num_train, data_config.num_eval, seed, data_config.min_digits,
-        data_config.max_digits)
+        data_config.max_digits,
+        difficulty_weights=tuple(data_config.get('difficulty_weights', ()) or ()))
     queries = train if role == 'train' else evaluation
     report = LoadReport(source, f'seed={seed}', role, rows_read=len(queries))
     if max_prompt_len is not None and tokenizer is not None:

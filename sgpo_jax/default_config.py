@@ -7,18 +7,39 @@ Runs end to end on a 2-core CPU in about ten minutes, no downloads:
     python -m sgpo_jax.main --config configs/default.py --workdir /tmp/sgpo_default
 
 Variants (big_vision style arg string): `configs/default.py:method=grpo,runlocal=1`
-  method=sgpo|grpo|dapo|sgpo_bayes   which allocator drives the RL loop
+  method=sgpo|grpo|dapo|greso|knapsack|sgpo_bayes   which allocator drives the RL loop
+  regime=NAME             a comparison regime (REGIMES below): pool, initial policy, FLOPs
+                          budget, rows per batch, eval size and cadence for one comparison run
   runlocal=1              shrink everything for a smoke run (tests, notebooks)
 Any field can be overridden: `--config.train.num_steps=50 --config.seed=1`.
+
+Regimes (`regime=default|paper_like|small_pool`): every run of a regime, whatever its method
+and seed, starts from the same cached warm start (same model, data and warm_start fields) and
+is scored on the same held-out problems; `train.flops_budget` (profiling included) ends it.
+- default: the embedded default's pool and initial policy (the README run's warm-start cache
+  is reused), RL on a prefix of the pool.
+- paper_like: the regime the sGPO paper targets: a pool skewed to easy problems, so that
+  under the initial policy most of it is trivial (p_hat > 0.75) and a good part unsolved
+  (p_hat = 0), and a budget in which GRPO sees every prompt at least twice.
+- small_pool: a few hundred prompts revisited for many epochs.
+`experiments/regime_histograms.py` profiles each regime's pool and reports its p_hat
+histogram and trivial / unsolved fractions.
 """
 
 import ml_collections
 
+REGIMES = ('default', 'paper_like', 'small_pool')
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = dict(kv.split('=', 1) for kv in arg.split(',') if kv) if arg else {}
+  unknown = set(args) - {'method', 'regime', 'runlocal'}
+  if unknown:
+    raise ValueError(f'unknown config arg(s) {sorted(unknown)} in {arg!r}; known: method, '
+                     'regime, runlocal')
   c = ml_collections.ConfigDict()
-  c.method = args.get('method', 'sgpo')  # sgpo | grpo | dapo | sgpo_bayes: the allocator over the RL loop
+  c.method = args.get('method', 'sgpo')  # sgpo|grpo|dapo|greso|knapsack|sgpo_bayes: RL allocator
+  c.regime = ''  # '' = the README run; else the comparison regime this config was built for
   c.seed = 0
   c.dry_run = False  # build abstractly, print memory/FLOPs table, exit
 
@@ -37,9 +58,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data.bad_rows = 'error'  # error | skip
   c.data.num_train = 4096  # arithmetic: training pool size (large: sGPO overfits a small one)
   c.data.rl_pool_size = 0  # >0: profile and train RL on the first this-many queries only
-  c.data.num_eval = 512  # arithmetic: held-out eval problems (disjoint from train)
+  c.data.num_eval = 2048  # arithmetic: held-out eval problems (disjoint from train; SE <= 1.1 pt)
   c.data.min_digits = 1  # arithmetic difficulty knob: digits per operand
   c.data.max_digits = 4
+  # arithmetic: one weight per difficulty level (largest operand's digits, min..max_digits);
+  # () = each operand's digit count drawn uniformly (tasks/arithmetic.py)
+  c.data.difficulty_weights = ()
   c.data.reward = 'arithmetic'  # arithmetic | math (math-verify with bounded time)
   c.data.format_reward = 0.0  # optional bonus for a well-formed answer; 0 = off
   c.data.math_workers = 2  # math reward: killable math-verify worker processes
@@ -138,6 +162,28 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.dapo.group_size = 8
   c.dapo.max_rounds = 4  # generation rounds per batch before padding the rest
 
+  # GRESO (arXiv 2506.02177): DAPO rounds that skip likely-zero-variance prompts before
+  # rollout. Defaults are the authors' (sgpo_jax/greso.py).
+  c.greso = ml_collections.ConfigDict()
+  c.greso.group_size = 8
+  c.greso.max_rounds = 4  # generation rounds per batch before padding the rest
+  c.greso.p_easy_init = 0.5  # keep probability base for all-correct streaks
+  c.greso.p_hard_init = 0.5  # ... for all-wrong streaks
+  c.greso.target_zero_variance = 0.25  # target share of zero-variance prompts (1/3 easy)
+  c.greso.delta = 0.01  # controller step per training step
+  c.greso.p_min = 0.05
+  c.greso.p_max = 0.95
+  c.greso.p_floor = 0.01  # skip probability never above 1 - p_floor
+
+  # Knapsack RL (arXiv 2509.25849): per step, each prompt's G from its past success rate,
+  # maximising sum value(p, G) under the row budget R (sgpo_jax/knapsack.py).
+  c.knapsack = ml_collections.ConfigDict()
+  c.knapsack.group_size = 8  # R / group_size prompts per step (the homogeneous budget)
+  c.knapsack.min_group_size = 2
+  c.knapsack.max_group_size = 64
+  c.knapsack.prior_success = 0.5  # p of a prompt never rolled out
+  c.knapsack.fallback = True  # rows the solve leaves unused go to never-solved prompts
+
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 150
   c.train.flops_budget = 0.0  # >0: stop once cumulative FLOPs (profiling included) reach it
@@ -173,6 +219,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.eval.every_steps = 10
   c.eval.pass_k = 0  # >0: also pass@k at temperature sampling.temperature
 
+  regime = args.get('regime')
+  if regime is not None:
+    apply_regime(c, regime)
   if args.get('runlocal'):
     c.data.num_train = 512
     c.data.num_eval = 128
@@ -182,3 +231,26 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.eval.every_steps = 3
     c.checkpoint.every_steps = 3
   return c
+
+
+def apply_regime(c: ml_collections.ConfigDict, regime: str) -> None:
+  """Sets the fields that define `regime` (see the module docstring) on `c` in place."""
+  if regime not in REGIMES:
+    raise ValueError(f'regime={regime!r} is not one of {REGIMES}')
+  c.regime = regime
+  # Shared by every regime: a comparison run is short and its budget, not its step count,
+  # ends it; the eval is large enough for a standard error under one point.
+  c.train.num_steps = 100_000
+  c.train.rows_per_batch = 64
+  c.checkpoint.every_steps = 100_000
+  c.eval.every_steps = 8
+  if regime == 'default':
+    c.data.rl_pool_size = 1024
+    c.train.flops_budget = 1.5e12
+  elif regime == 'paper_like':
+    c.data.difficulty_weights = (0.01, 0.49, 0.25, 0.25)
+    c.data.rl_pool_size = 512
+    c.train.flops_budget = 1.5e12
+  elif regime == 'small_pool':
+    c.data.rl_pool_size = 256
+    c.train.flops_budget = 1.5e12

@@ -173,7 +173,7 @@ def collect_batch(su: Setup, allocator, params, step: int) -> tuple[Any, Any, di
     plan, layout, rollout = allocator.fill_batch(rollout_fn)
     return plan, layout, rollout, {'rounds': len(calls),
                                    'profile_rounds': calls.count('profile')}
-  if su.config.method != 'dapo':
+  if not hasattr(allocator, 'new_batch_builder'):  # one plan per step; DAPO/GRESO: rounds
     plan = allocator.next_plan()
     if plan is None:
       return None
@@ -200,6 +200,8 @@ def collect_batch(su: Setup, allocator, params, step: int) -> tuple[Any, Any, di
   }
   info = {'rounds': batch.rounds, 'dapo_dropped_groups': batch.dropped_groups,
           'dapo_discarded_rows': batch.discarded_rows, 'dapo_kept_groups': batch.kept_groups}
+  if hasattr(allocator, 'step_info'):
+    info.update(allocator.step_info())
   return plan, batch.layout, gathered, info
 
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from sgpo_jax import default_config
@@ -15,6 +16,8 @@ from sgpo_jax import train
 from tests.test_train import read_jsonl, tiny_run_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, 'experiments'))
+import compare  # noqa: E402
 
 
 def _step_rows(workdir):
@@ -93,29 +96,143 @@ def test_default_config_learns_end_to_end(tmp_path):
 
 @pytest.mark.slow
 def test_compare_smoke_writes_every_field(tmp_path):
-  cmd = [sys.executable, 'experiments/compare.py', '--smoke', '--results-dir',
-         str(tmp_path / 'results'), '--runs-dir', str(tmp_path / 'runs'),
+  cmd = [sys.executable, 'experiments/compare.py', '--smoke', '--bootstrap', '50',
+         '--results-dir', str(tmp_path / 'results'), '--runs-dir', str(tmp_path / 'runs'),
          '--cache-dir', os.path.join(os.environ.get('SGPO_TEST_CACHE', '/tmp'),
                                      'sgpo_test_warm_start')]
-  proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
+  proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500,
                         env=dict(os.environ, PYTHONPATH=REPO))
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   results = tmp_path / 'results'
   with open(results / 'compare.json') as f:
     out = json.load(f)
-  for key in ('flops_ratio_vs_grpo', 'flops_ratio_vs_dapo', 'final_accuracy', 'seeds',
-              'flops_budget', 'command', 'target_accuracy', 'arms'):
+  for key in ('flops_ratio_vs_grpo', 'flops_ratio_vs_dapo', 'final_accuracy', 'regimes',
+              'command'):
     assert key in out, key
-  assert set(out['final_accuracy']) == {'sgpo', 'grpo', 'dapo'}
-  for stats in out['final_accuracy'].values():
-    assert set(stats) == {'mean', 'std'}
-  assert out['seeds'] == [0]
-  for arm in out['arms'].values():
-    assert arm['flops_total_mean'] >= out['flops_budget']  # every run spent the budget
-  assert out['arms']['sgpo']['flops_profile_mean'] > 0
+  block = out['regimes']['smoke']
+  assert set(block['arms']) == set(compare.ARMS)
+  for arm in block['arms'].values():
+    for key in ('flops_to_target', 'ratio_vs_grpo', 'ratio_vs_dapo', 'final_accuracy', 'auc',
+                'seeds', 'trivial_fraction', 'unsolved_fraction', 'epochs_grpo'):
+      assert key in arm, key
+    assert set(arm['final_accuracy']) >= {'mean', 'std'}
+    assert arm['seeds'] == [0]
+    assert arm['flops_total_mean'] >= block['flops_budget']  # every run spent the budget
+  assert block['arms']['sgpo']['flops_profile_mean'] > 0
   assert (results / 'compare.md').exists()
-  assert (results / 'plots' / 'compare_main.png').exists()
-  assert (tmp_path / 'runs' / 'main' / 'sweep.csv').exists()
+  assert (results / 'plots' / 'compare_smoke.png').exists()
+  # A second call finds every run finished: nothing reruns.
+  again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, PYTHONPATH=REPO))
+  assert again.returncode == 0 and '[compare] smoke/' not in again.stdout
+
+
+# ----------------------------------------------------------------------------------------
+# The protocol's statistics on hand-made curves
+
+
+def test_first_reach_needs_confirmation_and_is_inf_when_never():
+  grid = np.arange(6.0)
+  assert compare.first_reach(grid, np.array([0, .6, .4, .6, .7, .8]), 0.5) == 3.0
+  assert compare.first_reach(grid, np.array([0, 0, 0, 0, 0, .9]), 0.5) == 5.0  # last point
+  assert compare.first_reach(grid, np.zeros(6), 0.5) == float('inf')
+  assert compare.first_reach(grid, np.array([0, np.nan, .6, .6, .6, .6]), 0.5) == 2.0
+
+
+def test_ratio_conventions():
+  assert compare.ratio(6.0, 3.0) == 2.0
+  assert compare.ratio(float('inf'), 3.0) == float('inf')  # only the arm reaches
+  assert compare.ratio(3.0, float('inf')) == 0.0
+  assert np.isnan(compare.ratio(float('inf'), float('inf')))
+
+
+def _linear_curves(slopes, grid):
+  return np.asarray([np.clip(s * grid, 0, 1) for s in slopes])
+
+
+def test_bootstrap_recovers_a_known_ratio_with_a_tight_interval():
+  # The arm learns exactly twice as fast as GRPO on every seed: every resample gives 2x.
+  grid = np.linspace(0, 10, 51)
+  grpo = _linear_curves([0.08, 0.08, 0.08], grid)  # reaches 0.8 at the budget
+  fast = _linear_curves([0.16, 0.16, 0.16], grid)
+  curves = {'grpo': grpo, 'fast': fast}
+  finals = {'grpo': grpo[:, -1], 'fast': fast[:, -1]}
+  boot = compare.bootstrap_flops(grid, curves, finals, num=200)
+  ratios = [compare.ratio(g, f) for g, f in zip(boot['flops']['grpo'], boot['flops']['fast'])]
+  assert compare.interval(np.array(ratios)) == pytest.approx([2.0, 2.0])
+  assert compare.interval(boot['target']) == pytest.approx([0.8, 0.8])
+
+
+def test_bootstrap_interval_widens_with_seed_spread_and_covers_the_point():
+  grid = np.linspace(0, 10, 101)
+  grpo = _linear_curves([0.08, 0.08, 0.08, 0.08, 0.08], grid)
+  arm = _linear_curves([0.10, 0.13, 0.16, 0.20, 0.25], grid)
+  curves = {'grpo': grpo, 'arm': arm}
+  finals = {a: c[:, -1] for a, c in curves.items()}
+  boot = compare.bootstrap_flops(grid, curves, finals, num=400, seed=1)
+  ci = compare.interval(np.array([compare.ratio(g, f) for g, f in
+                                  zip(boot['flops']['grpo'], boot['flops']['arm'])]))
+  point = compare.ratio(compare.first_reach(grid, grpo.mean(0), 0.8),
+                        compare.first_reach(grid, compare.seed_mean(arm), 0.8))
+  assert ci[0] < point < ci[1]
+  # The slowest seed alone reaches 0.8 at 8.0 (ratio 1.25), the fastest at 3.2 (3.125).
+  assert 1.25 <= ci[0] and ci[1] <= 3.125 + 1e-9
+
+
+def test_interval_is_infinite_when_the_arm_often_misses():
+  samples = np.array([1.0] * 90 + [np.inf] * 10)
+  assert compare.interval(samples) == [1.0, float('inf')]
+  assert compare.interval(np.array([np.nan, np.nan])) is None
+
+
+def test_auc_is_mean_accuracy_over_the_budget():
+  grid = np.linspace(0, 4, 5)
+  assert compare.auc(grid, np.array([0.0, .25, .5, .75, 1.0])) == pytest.approx(0.5)
+  assert compare.auc(grid, np.full(5, 0.7)) == pytest.approx(0.7)
+
+
+def _fake_run(path, seed, xs, ys, method='grpo', wall=10.0):
+  os.makedirs(path, exist_ok=True)
+  with open(os.path.join(path, 'metrics.jsonl'), 'w') as f:
+    for x, y in zip(xs, ys):
+      f.write(json.dumps({'flops_total': x, 'eval_accuracy': y}) + '\n')
+  summary = {'seed': seed, 'method': method, 'eval_accuracy_initial': ys[0], 'steps': 10,
+             'flops': {'total': xs[-1], 'profile': 0.0}, 'padding_fraction': 0.0,
+             'wall_seconds': wall}
+  with open(os.path.join(path, 'summary.json'), 'w') as f:
+    json.dump(summary, f)
+
+
+def test_analyse_regime_on_hand_made_runs(tmp_path):
+  xs = np.linspace(0, 100, 11)
+  runs = {'grpo': [], 'dapo': [], 'fast': []}
+  for s in range(3):
+    for arm, slope in (('grpo', 0.005), ('dapo', 0.0075), ('fast', 0.01)):
+      path = str(tmp_path / f'{arm}_seed{s}')
+      _fake_run(path, s, xs, 0.2 + slope * xs, wall=20.0 if arm == 'fast' else 10.0)
+      runs[arm].append(path)
+  out = compare.analyse_regime(runs, 100.0, num_bootstrap=100)
+  assert out['target_accuracy'] == pytest.approx(0.7)
+  a = out['arms']
+  assert a['grpo']['flops_to_target']['mean'] == pytest.approx(100.0)
+  assert a['fast']['flops_to_target']['mean'] == pytest.approx(50.0)
+  assert a['fast']['ratio_vs_grpo']['point'] == pytest.approx(2.0)
+  assert a['fast']['ratio_vs_dapo']['point'] == pytest.approx(68.0 / 50.0)  # grid step 2
+  assert a['fast']['ratio_vs_grpo']['ci95'] == pytest.approx([2.0, 2.0])
+  assert a['fast']['final_accuracy']['mean'] == pytest.approx(1.2)
+  assert a['fast']['wall_ratio_vs_grpo'] == pytest.approx(2.0)
+  assert a['grpo']['auc'] == pytest.approx(0.45)
+
+
+def test_arms_and_seed_parsing():
+  assert compare.parse_seeds('0-2,5') == [0, 1, 2, 5]
+  name, (method, over) = compare.parse_arm('x=sgpo,sgpo.group_sizes=(4,8),profile.num_samples=2')
+  assert (name, method, over) == ('x', 'sgpo', {'sgpo.group_sizes': '(4,8)',
+                                                'profile.num_samples': 2})
+  entries = compare.run_entries(['a', 'b'], {'grpo': ('grpo', {}), 'dapo': ('dapo', {})},
+                                [0, 1], {})
+  assert [(e['seed'], e['regime'], e['arm']) for e in entries][:4] == [
+      (0, 'a', 'grpo'), (0, 'a', 'dapo'), (0, 'b', 'grpo'), (0, 'b', 'dapo')]
 
 
 def test_bucket_settled_only_when_no_remaining_sample_can_change_the_bucket():

@@ -11,6 +11,11 @@ Owns query generation, the target completion and the exact-match reward.
 - Reward: 1.0 iff the decoded completion (text before EOS) equals the reversed sum exactly;
   otherwise `format_reward` if it is a non-empty digit string, else 0.0.
 
+Difficulty mix (`difficulty_weights`, one weight per level min_digits..max_digits): the pool
+holds exactly round(num * w_d / sum(w)) queries of level d (largest remainder), each drawn
+with operand digit counts uniform in [min_digits, d] conditioned on the largest being d,
+then the levels are shuffled together. Empty weights keep the plain independent draw above.
+
 Determinism and disjointness: `generate_queries` is a pure function of its arguments.
 `train_eval_queries` draws the eval set first from the seed's eval stream, then the train
 set from the train stream excluding every eval prompt, so the two never overlap and the eval
@@ -86,20 +91,106 @@ def generate_queries(num: int, seed: int, min_digits: int = 1, max_digits: int =
   return queries
 
 
+def level_space(level: int, min_digits: int, num_operands: int = 2) -> int:
+  """Distinct problems whose largest operand has exactly `level` digits."""
+  upto = lambda d: sum(_operand_count(k) for k in range(min_digits, d + 1))  # noqa: E731
+  return upto(level) ** num_operands - upto(level - 1) ** num_operands
+
+
+def level_counts(num: int, weights: tuple[float, ...] | list[float], min_digits: int,
+                 max_digits: int) -> dict[int, int]:
+  """{level: queries of that level}: `num` split by `weights` (largest remainder, ties to
+  the easier level). One weight per level min_digits..max_digits."""
+  levels = list(range(min_digits, max_digits + 1))
+  w = np.asarray(weights, dtype=np.float64)
+  if w.shape != (len(levels),) or not np.all(np.isfinite(w)) or w.min() < 0 or w.sum() <= 0:
+    raise ValueError(f'difficulty_weights={tuple(weights)} must be {len(levels)} non-negative '
+                     f'weights (one per level {levels[0]}..{levels[-1]} digits) with a '
+                     'positive sum, e.g. (1,) * levels, or () for the plain draw')
+  exact = num * w / w.sum()
+  counts = np.floor(exact).astype(np.int64)
+  order = sorted(range(len(levels)), key=lambda i: (-(exact[i] - counts[i]), i))
+  for i in order[:num - int(counts.sum())]:
+    counts[i] += 1
+  return {d: int(n) for d, n in zip(levels, counts)}
+
+
+def generate_mixed_queries(num: int, seed: int, weights: tuple[float, ...] | list[float],
+                           min_digits: int = 1, max_digits: int = 4,
+                           exclude: set[str] | None = None, num_operands: int = 2
+                           ) -> list[Query]:
+  """`num` distinct queries with exactly `level_counts(...)` of each difficulty level.
+
+  Deterministic from `seed`; prompts in `exclude` are never returned. Raises ValueError,
+  naming the level, when a level has fewer distinct problems than its share.
+  """
+  if not 1 <= min_digits <= max_digits:
+    raise ValueError(f'min_digits={min_digits}, max_digits={max_digits}: need '
+                     '1 <= min_digits <= max_digits')
+  counts = level_counts(num, weights, min_digits, max_digits)
+  exclude = exclude or set()
+  excluded_by_level: dict[int, int] = {}
+  for p in exclude:
+    parts = p[:-1].split('+') if p.endswith('=') else []
+    if len(parts) == num_operands and all(
+        x.isdigit() and min_digits <= len(x) <= max_digits and (x == '0' or x[0] != '0')
+        for x in parts):
+      level = max(len(x) for x in parts)
+      excluded_by_level[level] = excluded_by_level.get(level, 0) + 1
+  for d, n in counts.items():
+    room = level_space(d, min_digits, num_operands) - excluded_by_level.get(d, 0)
+    if n > room:
+      raise ValueError(
+          f'difficulty level {d} needs {n} distinct problems (difficulty_weights='
+          f'{tuple(weights)}, num={num}) but only {room} exist outside `exclude`; lower that '
+          'level\'s weight or the pool size')
+  rng = np.random.default_rng(seed)
+  queries, seen = [], set(exclude)
+  for d, n in counts.items():
+    taken = 0
+    while taken < n:
+      batch = max(64, 4 * (n - taken))
+      digits_BxN = rng.integers(min_digits, d + 1, size=(batch, num_operands))
+      digits_BxN = digits_BxN[digits_BxN.max(axis=1) == d]
+      low_BxN = np.where(digits_BxN == 1, 0, 10 ** (digits_BxN - 1))
+      operands_BxN = rng.integers(low_BxN, 10 ** digits_BxN)
+      for row in operands_BxN.tolist():
+        query = make_query(row)
+        if query.prompt in seen:
+          continue
+        seen.add(query.prompt)
+        queries.append(query)
+        taken += 1
+        if taken == n:
+          break
+  order = rng.permutation(len(queries))
+  return [queries[i] for i in order]
+
+
 def stream_seed(seed: int, stream: int) -> int:
   """An independent 63-bit seed for `stream` (train=0, eval=1) derived from `seed`."""
   return int(np.random.SeedSequence([seed, stream]).generate_state(2, np.uint64)[0] >> 1)
 
 
 def train_eval_queries(num_train: int, num_eval: int, seed: int, min_digits: int = 1,
-                       max_digits: int = 4, num_operands: int = 2
+                       max_digits: int = 4, num_operands: int = 2,
+                       difficulty_weights: tuple[float, ...] | list[float] = ()
                        ) -> tuple[list[Query], list[Query]]:
-  """Disjoint (train, eval) sets: eval drawn first, train excludes eval prompts."""
-  eval_queries = generate_queries(num_eval, stream_seed(seed, _EVAL_STREAM), min_digits,
-                                  max_digits, num_operands=num_operands)
-  train_queries = generate_queries(num_train, stream_seed(seed, _TRAIN_STREAM), min_digits,
-                                   max_digits, exclude={q.prompt for q in eval_queries},
-                                   num_operands=num_operands)
+  """Disjoint (train, eval) sets: eval drawn first, train excludes eval prompts.
+
+  Non-empty `difficulty_weights` give both sets the same difficulty mix
+  (`generate_mixed_queries`).
+  """
+  if len(difficulty_weights):
+    def draw(num, stream, exclude=None):
+      return generate_mixed_queries(num, stream_seed(seed, stream), difficulty_weights,
+                                    min_digits, max_digits, exclude, num_operands)
+  else:
+    def draw(num, stream, exclude=None):
+      return generate_queries(num, stream_seed(seed, stream), min_digits, max_digits, exclude,
+                              num_operands)
+  eval_queries = draw(num_eval, _EVAL_STREAM)
+  train_queries = draw(num_train, _TRAIN_STREAM, {q.prompt for q in eval_queries})
   return train_queries, eval_queries
 
 

@@ -1,0 +1,205 @@
+"""Knapsack RL budget allocation (Li et al. 2025, arXiv 2509.25849), as pure functions.
+
+Each prompt of a batch is an item; giving it N rollouts costs N rows and is worth
+
+    value(p, N) = (1 - p**N - (1 - p)**N) * p * (1 - p)**2
+
+(probability that the group has reward spread, so a non-zero GRPO gradient, times the
+paper's InfoGain approximation p (1 - p)^2), with p the prompt's success rate estimated
+from its past rollouts. The per-step problem is a multiple-choice knapsack: every prompt
+takes exactly one N from the allowed sizes, the rows sum to at most the budget, and the
+summed value is maximal; `solve` does it exactly by dynamic programming over the budget.
+
+Prompts with p in {0, 1} are worth 0 at any N, so the solve gives them the smallest size;
+the paper's fallback hands rows the solve leaves unused to the prompts it never sees
+solved (p = 0), round robin, up to the largest size (`fallback_fill`).
+
+`KnapsackAllocator` applies it over the one RL loop: R/G prompts a step (G = the
+homogeneous group size whose budget is shared out), each at its solved size, one static
+[R, T] batch (sizes live only in the group ids, so the train step compiles once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class KnapsackSettings:
+  """config.knapsack, typed and range-checked once (from_config)."""
+  group_size: int = 8  # the homogeneous G whose budget is redistributed: R/G prompts a step
+  min_group_size: int = 2
+  max_group_size: int = 64
+  prior_success: float = 0.5  # p of a prompt never rolled out
+  fallback: bool = True  # unused rows go to prompts never solved (p = 0)
+
+  def __post_init__(self) -> None:
+    if not 1 <= self.min_group_size <= self.group_size <= self.max_group_size:
+      raise ValueError(f'knapsack: need 1 <= min_group_size ({self.min_group_size}) <= '
+                       f'group_size ({self.group_size}) <= max_group_size '
+                       f'({self.max_group_size})')
+    if not 0.0 <= self.prior_success <= 1.0:
+      raise ValueError(f'knapsack.prior_success={self.prior_success} must be in [0, 1]')
+
+  @property
+  def sizes(self) -> tuple[int, ...]:
+    return tuple(range(self.min_group_size, self.max_group_size + 1))
+
+  @classmethod
+  def from_config(cls, section: Any) -> KnapsackSettings:
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = dict(section.items()) if hasattr(section, 'items') else dict(section or {})
+    unknown = set(values) - names
+    if unknown:
+      raise ValueError(f'unknown knapsack settings {sorted(unknown)}; known: {sorted(names)}')
+    types = {f.name: type(getattr(cls(), f.name)) for f in dataclasses.fields(cls)}
+    return cls(**{k: types[k](v) for k, v in values.items()})
+
+
+def task_value(p: float | np.ndarray, n: int | np.ndarray) -> np.ndarray:
+  """(1 - p^N - (1-p)^N) * p * (1-p)^2, elementwise."""
+  p = np.asarray(p, dtype=np.float64)
+  n = np.asarray(n, dtype=np.float64)
+  return (1.0 - p ** n - (1.0 - p) ** n) * p * (1.0 - p) ** 2
+
+
+def solve(p_P: Sequence[float] | np.ndarray, sizes: Sequence[int], budget: int
+          ) -> np.ndarray:
+  """[P] int: the size per prompt maximising sum value(p_i, N_i) with sum N_i <= budget.
+
+  Exact multiple-choice knapsack by dynamic programming over the rows used. Among equal
+  values the solve keeps the smaller sizes (fewer rows), so worthless prompts take
+  min(sizes) and the rest of the budget is left for the fallback.
+  """
+  p_P = np.asarray(p_P, dtype=np.float64).reshape(-1)
+  sizes = sorted({int(s) for s in sizes})
+  if not sizes or sizes[0] < 1:
+    raise ValueError(f'sizes={sizes}: need at least one size, all >= 1')
+  if np.any((p_P < 0) | (p_P > 1)) or np.isnan(p_P).any():
+    raise ValueError(f'success rates must lie in [0, 1]; got {p_P.tolist()}')
+  num = p_P.size
+  if num * sizes[0] > budget:
+    raise ValueError(f'{num} prompts need at least {num * sizes[0]} rows at the smallest '
+                     f'size {sizes[0]} but the budget is {budget}; fewer prompts or a '
+                     'larger budget')
+  neg = -np.inf
+  # best_B[b]: best value of the prompts so far using exactly b rows.
+  best_B = np.full(budget + 1, neg)
+  best_B[0] = 0.0
+  choice_PxB = np.zeros((num, budget + 1), np.int64)
+  for i in range(num):
+    new_B = np.full(budget + 1, neg)
+    for s in sizes:  # ascending: a strictly better value is needed to prefer a larger size
+      if s > budget:
+        break
+      cand_B = np.full(budget + 1, neg)
+      cand_B[s:] = best_B[:budget + 1 - s] + float(task_value(p_P[i], s))
+      better = cand_B > new_B + 1e-15
+      new_B[better] = cand_B[better]
+      choice_PxB[i, better] = s
+    best_B = new_B
+  # The smallest row count reaching the best value.
+  top = best_B.max()
+  b = int(np.flatnonzero(best_B >= top - 1e-15)[0])
+  out = np.zeros(num, np.int64)
+  for i in range(num - 1, -1, -1):
+    s = int(choice_PxB[i, b])
+    out[i] = s
+    b -= s
+  return out
+
+
+def fallback_fill(n_P: np.ndarray, p_P: np.ndarray, budget: int, max_size: int) -> np.ndarray:
+  """Gives the rows left under the budget to prompts with p == 0, one row each in turn
+  (in prompt order), none above max_size. Unchanged when no prompt has p == 0."""
+  n_P = np.asarray(n_P, dtype=np.int64).copy()
+  unsolved = np.flatnonzero(np.asarray(p_P) == 0.0)
+  left = budget - int(n_P.sum())
+  if left < 0:
+    raise ValueError(f'sizes sum to {int(n_P.sum())} > budget {budget}')
+  while left > 0:
+    room = [i for i in unsolved if n_P[i] < max_size]
+    if not room:
+      break
+    for i in room:
+      if left == 0:
+        break
+      n_P[i] += 1
+      left -= 1
+  return n_P
+
+
+def allocate(p_P: Sequence[float] | np.ndarray, settings: KnapsackSettings, budget: int
+             ) -> np.ndarray:
+  """Group size per prompt for one batch: the knapsack solve, then the fallback."""
+  p_P = np.asarray(p_P, dtype=np.float64)
+  n_P = solve(p_P, settings.sizes, budget)
+  if settings.fallback:
+    n_P = fallback_fill(n_P, p_P, budget, settings.max_group_size)
+  return n_P
+
+
+# ----------------------------------------------------------------------------------------
+# The allocator
+
+
+def _allocators():
+  from sgpo_jax import allocators  # late: allocators.make_allocator imports this module
+  return allocators
+
+
+class KnapsackAllocator:
+  """R/G prompts a step from GRPO's shuffled pool walk, sizes from `allocate`.
+
+  p of a prompt = the mean clipped reward of its last rollout group (settings.prior_success
+  before its first). One plan per step; its rows never exceed R (padding where the solve
+  and fallback leave rows unused).
+  """
+  kind = 'knapsack'
+
+  def __init__(self, num_queries: int, settings: KnapsackSettings, rows_per_batch: int,
+               seed: int = 0):
+    if settings.max_group_size > rows_per_batch:
+      raise ValueError(f'knapsack.max_group_size={settings.max_group_size} exceeds '
+                       f'train.rows_per_batch={rows_per_batch}; lower it')
+    self.settings = settings
+    self._walk = _allocators().GRPOAllocator(num_queries, settings.group_size,
+                                             rows_per_batch, seed)
+    self.num_queries, self.seed = int(num_queries), int(seed)
+    self.rows_per_batch = int(rows_per_batch)
+    self.success = np.full(self.num_queries, np.nan)  # NaN: never rolled out
+
+  @property
+  def epoch(self) -> int:
+    return self._walk.epoch
+
+  def success_estimate(self, query_index: np.ndarray) -> np.ndarray:
+    p = self.success[np.asarray(query_index, np.int64)]
+    return np.where(np.isnan(p), self.settings.prior_success, p)
+
+  def next_plan(self):
+    query_index = self._walk.next_plan().query_index
+    sizes = allocate(self.success_estimate(query_index), self.settings, self.rows_per_batch)
+    return _allocators().BatchPlan(query_index, sizes.astype(np.int32), self.kind)
+
+  def observe(self, plan, rewards_R: np.ndarray, layout) -> None:
+    rewards_R = np.clip(np.asarray(rewards_R, dtype=np.float64).reshape(-1), 0.0, 1.0)
+    for p, q in enumerate(plan.query_index.tolist()):
+      rows = (layout.group_id_R == p) & layout.valid_R
+      if rows.any():
+        self.success[q] = float(rewards_R[rows].mean())
+
+  def state_dict(self) -> dict:
+    return {'kind': self.kind, 'num_queries': self.num_queries, 'seed': self.seed,
+            'epoch': self._walk._epoch, 'cursor': self._walk._cursor,
+            'success': [None if np.isnan(v) else float(v) for v in self.success]}
+
+  def load_state_dict(self, state: dict) -> None:
+    _allocators()._check_state(state, self.kind, self.num_queries, self.seed)
+    self._walk._epoch, self._walk._cursor = int(state['epoch']), int(state['cursor'])
+    self.success = np.asarray([np.nan if v is None else v for v in state['success']],
+                              np.float64)
