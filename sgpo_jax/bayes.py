@@ -35,7 +35,7 @@ def check_beta(a, b) -> None:
   a, b = _as_float(a), _as_float(b)
   if np.any(~np.isfinite(a)) or np.any(~np.isfinite(b)) or np.any(a <= 0) or np.any(b <= 0):
     raise ValueError(f'Beta parameters must be finite and > 0; got a={a}, b={b} '
-                     '(set bayes.prior_alpha and bayes.prior_beta > 0)')
+                     '(set sgpo_bayes.prior_alpha and sgpo_bayes.prior_beta > 0)')
 
 
 def expected_power(a, b, power: int) -> np.ndarray:
@@ -69,7 +69,7 @@ def update_posterior(a, b, successes, failures, prior_alpha: float, prior_beta: 
   so a prompt's posterior stays a proper Beta however often it is revisited.
   """
   if not 0.0 <= decay <= 1.0:
-    raise ValueError(f'bayes.evidence_decay={decay} must be in [0, 1]')
+    raise ValueError(f'sgpo_bayes.evidence_decay={decay} must be in [0, 1]')
   a, b = _as_float(a), _as_float(b)
   s, f = _as_float(successes), _as_float(failures)
   if np.any(s < 0) or np.any(f < 0):
@@ -86,8 +86,8 @@ def profile_decision(n_correct: int, n_drawn: int, *, prior_alpha: float, prior_
   trivial or unsolved) or 'undecided' (max_samples reached in between; treated as
   learnable, the training rollouts decide)."""
   if not 1 <= min_samples <= max_samples:
-    raise ValueError(f'need 1 <= bayes.profile_min_samples ({min_samples}) <= '
-                     f'bayes.profile_max_samples ({max_samples})')
+    raise ValueError(f'need 1 <= sgpo_bayes.profile_min_samples ({min_samples}) <= '
+                     f'sgpo_bayes.profile_max_samples ({max_samples})')
   if not 0 <= n_correct <= n_drawn:
     raise ValueError(f'n_correct={n_correct}, n_drawn={n_drawn} is not a valid count')
   if n_drawn >= min_samples:
@@ -113,7 +113,7 @@ def choose_group_sizes(a_P, b_P, group_sizes: Sequence[int], rows: int,
   """
   sizes = sorted({int(g) for g in group_sizes})
   if not sizes or sizes[0] < 1:
-    raise ValueError(f'bayes.group_sizes={tuple(group_sizes)} must be positive integers')
+    raise ValueError(f'sgpo_bayes.group_sizes={tuple(group_sizes)} must be positive integers')
   a_P, b_P = _as_float(a_P).reshape(-1), _as_float(b_P).reshape(-1)
   num = a_P.size
   value_PxS = np.stack([group_value(a_P, b_P, g, signal_exponent) for g in sizes], axis=1) \
@@ -149,7 +149,7 @@ def revisit_probability(skips: int | np.ndarray, base: float, floor: float) -> n
   """GRESO-style: a deprioritised prompt is revisited in an epoch with probability
   max(base**skips, floor), skips = consecutive all-equal observations (>= 1)."""
   if not 0.0 <= floor <= base <= 1.0:
-    raise ValueError(f'need 0 <= bayes.revisit_floor ({floor}) <= bayes.revisit_base '
+    raise ValueError(f'need 0 <= sgpo_bayes.revisit_floor ({floor}) <= sgpo_bayes.revisit_base '
                      f'({base}) <= 1')
   return np.maximum(base ** np.maximum(_as_float(skips), 1.0), floor)
 

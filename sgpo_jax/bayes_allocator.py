@@ -48,7 +48,7 @@ UNPROFILED, SAMPLING, CANDIDATE, DEPRIORITISED = 0, 1, 2, 3
 
 @dataclasses.dataclass(frozen=True)
 class BayesSettings:
-  """config.bayes, typed and range-checked."""
+  """config.sgpo_bayes, typed and range-checked."""
   prior_alpha: float = 0.5
   prior_beta: float = 0.5
   group_sizes: tuple[int, ...] = (4, 8)
@@ -69,19 +69,19 @@ class BayesSettings:
     bayes.check_beta(self.prior_alpha, self.prior_beta)
     sizes = tuple(sorted({int(g) for g in self.group_sizes}))
     if not sizes or sizes[0] < 2:
-      raise ValueError(f'bayes.group_sizes={self.group_sizes} must be sizes >= 2 (a group of '
+      raise ValueError(f'sgpo_bayes.group_sizes={self.group_sizes} must be sizes >= 2 (a group of '
                        '1 never has both a success and a failure)')
     object.__setattr__(self, 'group_sizes', sizes)
     if not 1 <= self.profile_min_samples <= self.profile_max_samples:
-      raise ValueError(f'need 1 <= bayes.profile_min_samples ({self.profile_min_samples}) <= '
-                       f'bayes.profile_max_samples ({self.profile_max_samples})')
+      raise ValueError(f'need 1 <= sgpo_bayes.profile_min_samples ({self.profile_min_samples}) <= '
+                       f'sgpo_bayes.profile_max_samples ({self.profile_max_samples})')
     if not 0.0 <= self.settle_low <= self.settle_high <= 1.0:
-      raise ValueError(f'need 0 <= bayes.settle_low ({self.settle_low}) <= bayes.settle_high '
-                       f'({self.settle_high}) <= 1')
+      raise ValueError(f'need 0 <= sgpo_bayes.settle_low ({self.settle_low}) <= '
+                       f'sgpo_bayes.settle_high ({self.settle_high}) <= 1')
     if not 0.0 <= self.evidence_decay <= 1.0:
-      raise ValueError(f'bayes.evidence_decay={self.evidence_decay} must be in [0, 1]')
+      raise ValueError(f'sgpo_bayes.evidence_decay={self.evidence_decay} must be in [0, 1]')
     if self.window < 1:
-      raise ValueError(f'bayes.window={self.window} must be >= 1')
+      raise ValueError(f'sgpo_bayes.window={self.window} must be >= 1')
     bayes.revisit_probability(1, self.revisit_base, self.revisit_floor)  # range check
 
   @classmethod
@@ -147,7 +147,7 @@ class BayesAllocator:
   @classmethod
   def from_config(cls, config: Any, num_queries: int) -> BayesAllocator:
     return cls(num_queries, int(config.train.rows_per_batch),
-               BayesSettings.from_config(config.get('bayes')), int(config.seed))
+               BayesSettings.from_config(config.get('sgpo_bayes')), int(config.seed))
 
   # -- posterior ------------------------------------------------------------------------
 

@@ -92,7 +92,7 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
                      'in [0, 1].')
   if config.method == 'sgpo_bayes':
     from sgpo_jax import bayes_allocator
-    bayes_allocator.BayesSettings.from_config(config.bayes)  # range checks, before compute
+    bayes_allocator.BayesSettings.from_config(config.sgpo_bayes)  # range checks, before compute
   if config.profile.num_samples < 1:
     raise ValueError(f'profile.num_samples={config.profile.num_samples} must be >= 1.')
   if num_devices is not None:
@@ -115,7 +115,7 @@ def _group_sizes(config) -> tuple[int, ...]:
   if config.method == 'grpo':
     return (int(config.grpo.group_size),)
   if config.method == 'sgpo_bayes':
-    return tuple(int(g) for g in config.bayes.group_sizes)
+    return tuple(int(g) for g in config.sgpo_bayes.group_sizes)
   if config.method == 'greso':
     return (int(config.greso.group_size),)
   if config.method == 'knapsack':  # any size in [min, max] fits: R only bounds the sum

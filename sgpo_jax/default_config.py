@@ -138,22 +138,22 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # method=sgpo_bayes (beyond the paper; sgpo_jax/bayes.py, bayes_allocator.py): a Beta
   # posterior per prompt from a lazy adaptive profile and every rollout; G per prompt by
   # expected informative groups per row; deprioritised prompts revisited GRESO-style.
-  c.bayes = ml_collections.ConfigDict()
-  c.bayes.prior_alpha = 0.5  # Beta prior of every prompt's success rate (Jeffreys)
-  c.bayes.prior_beta = 0.5
-  c.bayes.group_sizes = (4, 8)  # candidate G; rows_per_batch must be a multiple of each
-  c.bayes.signal_exponent = 0.0  # group value = P_inf * G**this (0: informative groups)
-  c.bayes.profile_min_samples = 1  # adaptive profile: samples before a prompt may settle
-  c.bayes.profile_max_samples = 4  # ... and at most (then a training candidate)
-  c.bayes.settle_high = 0.6  # settled learnable once P_inf(min G) >= this
-  c.bayes.settle_low = 0.35  # settled trivial/unsolved (deprioritised) once P_inf <= this
-  c.bayes.informative_floor = 0.35  # a trained prompt below this P_inf is deprioritised
-  c.bayes.evidence_decay = 0.5  # old evidence weight per training observation / revisit
-  c.bayes.window = 32  # candidates the G choice looks at per batch
-  c.bayes.revisit_base = 0.25  # revisit probability max(base**skips, floor) per epoch
-  c.bayes.revisit_floor = 0.02
-  c.bayes.revisit_target = 0.3  # base adapts toward this share of revisits coming back
-  c.bayes.revisit_step = 0.05
+  c.sgpo_bayes = ml_collections.ConfigDict()
+  c.sgpo_bayes.prior_alpha = 0.5  # Beta prior of every prompt's success rate (Jeffreys)
+  c.sgpo_bayes.prior_beta = 0.5
+  c.sgpo_bayes.group_sizes = (4, 8)  # candidate G; rows_per_batch must be a multiple of each
+  c.sgpo_bayes.signal_exponent = 0.0  # group value = P_inf * G**this (0: informative groups)
+  c.sgpo_bayes.profile_min_samples = 1  # adaptive profile: samples before a prompt may settle
+  c.sgpo_bayes.profile_max_samples = 4  # ... and at most (then a training candidate)
+  c.sgpo_bayes.settle_high = 0.6  # settled learnable once P_inf(min G) >= this
+  c.sgpo_bayes.settle_low = 0.35  # settled trivial/unsolved (deprioritised) once P_inf <= this
+  c.sgpo_bayes.informative_floor = 0.35  # a trained prompt below this P_inf is deprioritised
+  c.sgpo_bayes.evidence_decay = 0.5  # old evidence weight per training observation / revisit
+  c.sgpo_bayes.window = 32  # candidates the G choice looks at per batch
+  c.sgpo_bayes.revisit_base = 0.25  # revisit probability max(base**skips, floor) per epoch
+  c.sgpo_bayes.revisit_floor = 0.02
+  c.sgpo_bayes.revisit_target = 0.3  # base adapts toward this share of revisits coming back
+  c.sgpo_bayes.revisit_step = 0.05
 
   c.grpo = ml_collections.ConfigDict()
   c.grpo.group_size = 8

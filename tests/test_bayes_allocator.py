@@ -14,7 +14,8 @@ TRIVIAL, UNSOLVED, COIN = 'trivial', 'unsolved', 'coin'
 
 def fake_rollout(alloc, kinds, calls):
   """Rewards by prompt kind: trivial always 1, unsolved always 0, coin a fixed pseudo-random
-  0/1 of (query, row, step, round) (sha256: crc32's parity is affine); records (category, valid rows) per call."""
+  0/1 of (query, row, step, round)
+  (sha256: crc32's parity is affine in its input); records (category, valid rows) per call."""
   def rollout_fn(layout, round_index, category):
     rewards = np.zeros(layout.rows_per_batch, np.float32)
     for r in np.flatnonzero(layout.valid_R):
@@ -120,7 +121,7 @@ def test_settings_errors_name_the_field():
 
 def test_make_allocator_builds_it_from_the_config():
   c = default_config.get_config('method=sgpo_bayes')
-  c.bayes.group_sizes = (4, 8)
+  c.sgpo_bayes.group_sizes = (4, 8)
   alloc = allocators.make_allocator(c, 64)
   assert isinstance(alloc, bayes_allocator.BayesAllocator)
   assert alloc.settings.group_sizes == (4, 8) and alloc.rows_per_batch == 128

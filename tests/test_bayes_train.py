@@ -23,7 +23,7 @@ def _run_main(workdir, extra_env=None, steps=6):
          '--config.checkpoint.every_steps=2', '--config.eval.every_steps=3',
          '--config.data.num_train=96', '--config.data.num_eval=32',
          '--config.train.rows_per_batch=16', '--config.method=sgpo_bayes',
-         '--config.bayes.window=4', '--config.warm_start.steps=20',
+         '--config.sgpo_bayes.window=4', '--config.warm_start.steps=20',
          '--config.model.n_layers=2', '--config.model.d_model=32', '--config.model.d_ff=64',
          '--config.model.head_dim=8']
   return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
