@@ -32,6 +32,8 @@ import os
 
 import ml_collections
 
+from sgpo_jax.config_args import parse_arg
+
 
 def _gsm8k_config_module():
   path = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'qwen2_5_math_1_5b_gsm8k.py')
@@ -42,8 +44,8 @@ def _gsm8k_config_module():
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = dict(kv.split('=', 1) for kv in arg.split(',') if kv) if arg else {}
-  c = _gsm8k_config_module().get_config(f"method={args.get('method', 'sgpo')}")
+  args = parse_arg(arg, method='sgpo', gpu=False)
+  c = _gsm8k_config_module().get_config(f"method={args['method']}")
 
   c.data.source = 'hf'
   c.data.path = '/path/to/math/train'  # save_to_disk dir or a local parquet / jsonl file
@@ -76,7 +78,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.logprob_chunk = 256
   c.eval.every_steps = 20
 
-  if args.get('gpu'):
+  if args['gpu']:
     c.mesh.shape = (1, 1, 1)
     c.train.micro_batches = 32  # 8 rows per micro-batch
   return c

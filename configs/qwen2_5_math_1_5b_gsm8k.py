@@ -40,6 +40,7 @@ Variants (`configs/qwen2_5_math_1_5b_gsm8k.py:method=grpo,gpu=1`):
 import ml_collections
 
 from sgpo_jax import default_config
+from sgpo_jax.config_args import parse_arg
 
 HF_PATH = '/path/to/Qwen2.5-Math-1.5B'  # placeholder: a local checkpoint directory
 SYSTEM_PROMPT = 'Please reason step by step, and put your final answer within \\boxed{}.'
@@ -72,8 +73,8 @@ def set_qwen2_5_math_1_5b(c: ml_collections.ConfigDict) -> None:
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = dict(kv.split('=', 1) for kv in arg.split(',') if kv) if arg else {}
-  c = default_config.get_config(f"method={args.get('method', 'sgpo')}")
+  args = parse_arg(arg, method='sgpo', gpu=False)
+  c = default_config.get_config(f"method={args['method']}")
   set_qwen2_5_math_1_5b(c)
 
   c.data.source = 'jsonl'
@@ -124,7 +125,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.checkpoint.keep = 2
   c.eval.every_steps = 25
 
-  if args.get('gpu'):
+  if args['gpu']:
     c.mesh.shape = (1, 1, 1)
     c.train.micro_batches = 8  # 32 rows per micro-batch
   return c

@@ -262,7 +262,7 @@ def _summary(workdir: str) -> dict[str, Any]:
 
 
 def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = 'grpo',
-                   num_bootstrap: int = BOOTSTRAP) -> dict[str, Any]:
+                   num_bootstrap: int = BOOTSTRAP, num_eval: int = 0) -> dict[str, Any]:
   """The comparison numbers of one regime from its finished runs ({arm: [workdir...]});
   arms without a finished run are left out. Needs the reference arm."""
   runs = {a: w for a, w in runs.items() if w}
@@ -292,6 +292,8 @@ def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = '
         'final_accuracy': {'mean': float(fin.mean()),
                            'std': float(fin.std(ddof=1)) if fin.size > 1 else 0.0,
                            'per_seed': fin.tolist()},
+        # Binomial standard error of one final eval (num_eval problems), seed mean.
+        'eval_se': float(np.mean(np.sqrt(fin * (1 - fin) / num_eval))) if num_eval else None,
         'auc': auc(grid, mean_curve),
         'auc_per_seed': [auc(grid, c) for c in curves[arm]],
         'initial_accuracy': float(np.mean([x['eval_accuracy_initial'] for x in s])),
@@ -299,8 +301,8 @@ def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = '
         'flops_profile_mean': float(np.mean([x['flops']['profile'] for x in s])),
         'steps_mean': float(np.mean([x['steps'] for x in s])),
         'padding_fraction_mean': float(np.mean([x['padding_fraction'] for x in s])),
-        'wall_seconds': {'mean': float(np.mean([x['wall_seconds'] for x in s])),
-                         'per_seed': [float(x['wall_seconds']) for x in s]},
+        'wall_seconds': {'mean': float(np.mean([_rl_wall(x) for x in s])),
+                         'per_seed': [_rl_wall(x) for x in s]},
         'mean_curve': [_finite(v, nan=True) for v in mean_curve],
         'band_curve': {'lo': [_finite(v, nan=True) for v in np.nanmin(curves[arm], axis=0)],
                        'hi': [_finite(v, nan=True) for v in np.nanmax(curves[arm], axis=0)]},
@@ -319,9 +321,19 @@ def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = '
   ref_wall = out_arms[reference]['wall_seconds']['mean']
   for a in out_arms.values():
     a['wall_ratio_vs_grpo'] = a['wall_seconds']['mean'] / ref_wall if ref_wall else None
-  return {'target_accuracy': target,
+  initial = float(np.mean([x['eval_accuracy_initial'] for x in summaries[reference]]))
+  return {'target_accuracy': target, 'initial_accuracy': initial,
+          'reference_learned': bool(target > initial),
           'target_ci95': interval(boot['target']),
           'grid_flops': grid.tolist(), 'flops_budget': budget, 'arms': out_arms}
+
+
+def _rl_wall(summary: dict[str, Any]) -> float:
+  """Wall seconds of the run without building the shared warm start (the first run of a
+  regime pays for it; the others load it from the cache)."""
+  init = summary.get('initial_policy') or {}
+  built = 0.0 if init.get('cached', True) else float(init.get('seconds', 0.0))
+  return float(summary['wall_seconds']) - built
 
 
 def _finite(x: float, nan: bool = False) -> float | None:
@@ -375,7 +387,7 @@ def analyse(runs_dir: str, regimes: list[str], arms: list[str], seeds: list[int]
     with open(os.path.join(runs['grpo'][0], 'config.json')) as f:
       config = json.load(f)
     block = analyse_regime(runs, float(config['train']['flops_budget']),
-                           num_bootstrap=num_bootstrap)
+                           num_bootstrap=num_bootstrap, num_eval=int(config['data']['num_eval']))
     facts = regime_facts(runs, config)
     block.update(facts)
     for a in block['arms'].values():  # the regime's facts, repeated per arm for readers
@@ -451,8 +463,9 @@ def render(results: dict[str, Any]) -> str:
            f'FLOPs. 95% intervals: {BOOTSTRAP} bootstrap resamples of the seeds of every arm '
            '(GRPO\'s resample also moves the target); "inf" = in more than 2.5% of resamples '
            'the arm never reaches the target. AUC = mean accuracy over the budget. Wall-clock '
-           'was measured on a 2-core CPU shared with other work: compare it within a regime '
-           'only, loosely.', '']
+           'was measured on a 2-core CPU shared with other work (RL only: building the '
+           "regime's shared warm start is left out): compare it within a regime only, "
+           'loosely.', '']
   if results.get('flops_ratio_vs_grpo') is not None or results.get('final_accuracy'):
     lines += [f"Headline ({results['headline']}): FLOPs ratio vs GRPO "
               f"{_x(results['flops_ratio_vs_grpo'])}, vs DAPO "
@@ -468,8 +481,14 @@ def render(results: dict[str, Any]) -> str:
               f"{_pct(block['trivial_fraction'])}%, unsolved (p_hat = 0) "
               f"{_pct(block['unsolved_fraction'])}%. GRPO sees each prompt "
               f"{epochs} times. Target: {_pct(block['target_accuracy'])}% "
-              f"(95% CI {_ci(block['target_ci95'], _pct)}). Seeds finished: {n_seeds}.", '',
-              '| arm | seeds | final acc % (mean ± std) | FLOPs to target [95% CI] | vs GRPO '
+              f"(95% CI {_ci(block['target_ci95'], _pct)}). Seeds finished: {n_seeds}.", '']
+    if not block.get('reference_learned', True):
+      lines += [f"**GRPO did not improve on the initial policy here** (initial "
+                f"{_pct(block['initial_accuracy'])}%, final {_pct(block['target_accuracy'])}%): "
+                'the target is met at 0 FLOPs, so FLOPs-to-target ratios say nothing; compare '
+                'final accuracy and AUC instead.', '']
+    lines += [
+              '| arm | seeds | final acc % (mean ± std over seeds; SE of one eval) | FLOPs to target [95% CI] | vs GRPO '
               '[95% CI] | vs DAPO [95% CI] | AUC % | profile FLOPs | wall s (x GRPO) |',
               '|---|---|---|---|---|---|---|---|---|']
     for arm, a in block['arms'].items():
@@ -477,7 +496,8 @@ def render(results: dict[str, Any]) -> str:
       rg, rd = a['ratio_vs_grpo'], a['ratio_vs_dapo']
       wr = a['wall_ratio_vs_grpo']
       lines.append(
-          f"| {arm} | {len(a['seeds'])} | {_pct(fa['mean'])} ± {_pct(fa['std'])} | "
+          f"| {arm} | {len(a['seeds'])} | {_pct(fa['mean'])} ± {_pct(fa['std'])}; "
+          f"{_pct(a['eval_se'])} | "
           f"{_sci(ft['mean'])} {_ci(ft['ci95'], _sci)} | {_x(rg['point'])} "
           f"{_ci(rg['ci95'], _x)} | {_x(rd['point'])} {_ci(rd['ci95'], _x)} | "
           f"{_pct(a['auc'])} | {a['flops_profile_mean']:.2g} | "

@@ -7,17 +7,147 @@ expected). Cross-field checks name the field and the fix.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from collections.abc import Mapping
 from typing import Any
 
 import ml_collections
 
-METHODS = ('sgpo', 'grpo', 'dapo', 'greso', 'knapsack', 'sgpo_bayes')
+from sgpo_jax import default_config as default_lib
+
+ROUNDINGS = ('down', 'up', 'nearest')
 
 
 def default_config() -> ml_collections.ConfigDict:
   """The schema: the embedded default, `sgpo_jax/default_config.py`."""
-  from sgpo_jax import default_config as default_lib
   return default_lib.get_config()
+
+
+# ----------------------------------------------------------------------------------------
+# Allocator sections: range checks on plain mappings (a config section or a settings
+# dataclass as a dict), so the typed settings and check_config share them.
+
+
+def _require(ok: bool, message: str) -> None:
+  if not ok:
+    raise ValueError(message)
+
+
+def check_group_sizes(section: str, group_sizes: Any) -> None:
+  sizes = tuple(group_sizes)
+  _require(len(sizes) > 0 and all(isinstance(g, int) and not isinstance(g, bool) and g >= 1
+                                  for g in sizes),
+           f'{section}.group_sizes={sizes} must be a non-empty tuple of positive ints.')
+
+
+def check_sgpo(s: Mapping[str, Any]) -> None:
+  _require(0.0 <= s['trivial_threshold'] <= 1.0,
+           f"sgpo.trivial_threshold={s['trivial_threshold']} must be in [0, 1].")
+  _require(0.0 <= s['unsolved_keep_fraction'] <= 1.0,
+           f"sgpo.unsolved_keep_fraction={s['unsolved_keep_fraction']} must be in [0, 1].")
+  check_group_sizes('sgpo', s['group_sizes'])
+  _require(s['rounding'] in ROUNDINGS,
+           f"sgpo.rounding={s['rounding']!r} is not one of {ROUNDINGS}.")
+  _require(s['phase_epochs'] > 0, f"sgpo.phase_epochs={s['phase_epochs']} must be > 0.")
+  _require(s['phase_plateau_window'] >= 0,
+           f"sgpo.phase_plateau_window={s['phase_plateau_window']} must be >= 0 (0 = off).")
+  _require(0.0 <= s['trivial_replay_fraction'] < 1.0,
+           f"sgpo.trivial_replay_fraction={s['trivial_replay_fraction']} must be in [0, 1).")
+  _require(s['prior_strength'] >= 0,
+           f"sgpo.prior_strength={s['prior_strength']} must be >= 0.")
+  _require(s['prior_eps'] > 0, f"sgpo.prior_eps={s['prior_eps']} must be > 0.")
+
+
+def check_grpo(s: Mapping[str, Any]) -> None:
+  _require(s['group_size'] >= 1, f"grpo.group_size={s['group_size']} must be >= 1.")
+
+
+def check_dapo(s: Mapping[str, Any]) -> None:
+  _require(s['group_size'] >= 1, f"dapo.group_size={s['group_size']} must be >= 1.")
+  _require(s['max_rounds'] >= 1, f"dapo.max_rounds={s['max_rounds']} must be >= 1.")
+
+
+def check_greso(s: Mapping[str, Any]) -> None:
+  from sgpo_jax import greso
+  greso.GRESOSettings(**s)  # its __post_init__ names the bad field and the fix
+
+
+def check_knapsack(s: Mapping[str, Any]) -> None:
+  from sgpo_jax import knapsack
+  knapsack.KnapsackSettings(**s)
+
+
+def check_sgpo_bayes(s: Mapping[str, Any]) -> None:
+  _require(s['prior_alpha'] > 0 and s['prior_beta'] > 0,
+           f"sgpo_bayes.prior_alpha={s['prior_alpha']} and prior_beta={s['prior_beta']} must "
+           'be > 0.')
+  _require(len(s['group_sizes']) > 0 and min(s['group_sizes']) >= 2,
+           f"sgpo_bayes.group_sizes={tuple(s['group_sizes'])} must be sizes >= 2 (a group of "
+           '1 never has both a success and a failure).')
+  _require(1 <= s['profile_min_samples'] <= s['profile_max_samples'],
+           f"need 1 <= sgpo_bayes.profile_min_samples ({s['profile_min_samples']}) <= "
+           f"sgpo_bayes.profile_max_samples ({s['profile_max_samples']}).")
+  _require(0.0 <= s['settle_low'] <= s['settle_high'] <= 1.0,
+           f"need 0 <= sgpo_bayes.settle_low ({s['settle_low']}) <= sgpo_bayes.settle_high "
+           f"({s['settle_high']}) <= 1.")
+  _require(0.0 <= s['evidence_decay'] <= 1.0,
+           f"sgpo_bayes.evidence_decay={s['evidence_decay']} must be in [0, 1].")
+  _require(s['window'] >= 1, f"sgpo_bayes.window={s['window']} must be >= 1.")
+  _require(0.0 <= s['revisit_floor'] <= s['revisit_base'] <= 1.0,
+           f"need 0 <= sgpo_bayes.revisit_floor ({s['revisit_floor']}) <= "
+           f"sgpo_bayes.revisit_base ({s['revisit_base']}) <= 1.")
+
+
+# Every allocator's config section and its range checks; config.method must name one.
+SECTION_CHECKS = {'sgpo': check_sgpo, 'grpo': check_grpo, 'dapo': check_dapo,
+                  'greso': check_greso, 'knapsack': check_knapsack,
+                  'sgpo_bayes': check_sgpo_bayes}
+METHODS = tuple(SECTION_CHECKS)
+
+
+@functools.cache
+def _section_defaults_cached(name: str) -> tuple[tuple[str, Any], ...]:
+  return tuple(default_config()[name].to_dict().items())
+
+
+def _section_defaults(name: str) -> dict[str, Any]:
+  return dict(_section_defaults_cached(name))
+
+
+def section_values(name: str, section: Any = None) -> dict[str, Any]:
+  """config.<name> (a ConfigDict, a partial dict, or None) over the defaults, checked.
+
+  The defaults come from `default_config.py` only; a key that section does not have is
+  an error naming the known ones; tuples stay tuples.
+  """
+  defaults = _section_defaults(name)
+  if section is None:
+    given: dict[str, Any] = {}
+  elif isinstance(section, ml_collections.ConfigDict):
+    given = section.to_dict()
+  elif isinstance(section, Mapping):
+    given = dict(section)
+  else:
+    if not dataclasses.is_dataclass(section):
+      raise TypeError(f'config.{name}: expected a config section, a mapping or a settings '
+                      f'dataclass; got {type(section).__name__}')
+    given = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
+  unknown = sorted(set(given) - set(defaults))
+  _require(not unknown, f'unknown {name} settings {unknown}; known: {sorted(defaults)}.')
+  values = {**defaults, **given}
+  for key, value in values.items():
+    if isinstance(defaults[key], tuple):
+      values[key] = tuple(value)
+  SECTION_CHECKS[name](values)
+  return values
+
+
+def check_rows_per_batch(rows_per_batch: int, group_sizes: tuple[int, ...], method: str) -> None:
+  for g in group_sizes:
+    _require(g >= 1 and rows_per_batch % g == 0,
+             f'train.rows_per_batch={rows_per_batch} is not a multiple of the group size {g} '
+             f'({method}); choose a multiple of {max(group_sizes)}.')
 
 
 def _type_ok(value: Any, default: Any) -> bool:
@@ -67,36 +197,23 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
   for name in ('max_prompt_len', 'max_new_tokens'):
     if s[name] < 1:
       raise ValueError(f'sampling.{name}={s[name]} must be >= 1.')
-  if config.method == 'greso':
-    from sgpo_jax import greso
-    greso.GRESOSettings.from_config(config.greso)  # typed, range-checked
-  if config.method == 'knapsack':
-    from sgpo_jax import knapsack
-    ks = knapsack.KnapsackSettings.from_config(config.knapsack)
-    if ks.max_group_size > t.rows_per_batch:
-      raise ValueError(f'knapsack.max_group_size={ks.max_group_size} exceeds '
-                       f'train.rows_per_batch={t.rows_per_batch}; lower it.')
-  group_sizes = _group_sizes(config)
-  for g in group_sizes:
-    if g < 1 or t.rows_per_batch % g:
-      raise ValueError(f'train.rows_per_batch={t.rows_per_batch} is not a multiple of the group '
-                       f'size {g} ({config.method}); choose a multiple of '
-                       f'{max(group_sizes)}.')
+  for name, check in SECTION_CHECKS.items():
+    check(config[name])
+  check_group_sizes('sgpo', config.sgpo.group_sizes)
+  section = config[config.method]
+  check_rows_per_batch(t.rows_per_batch, _group_sizes(section), config.method)
+  if config.method == 'knapsack' and config.knapsack.max_group_size > t.rows_per_batch:
+    raise ValueError(f'knapsack.max_group_size={config.knapsack.max_group_size} exceeds '
+                     f'train.rows_per_batch={t.rows_per_batch}; lower it.')
   if t.micro_batches < 1 or t.rows_per_batch % t.micro_batches:
     raise ValueError(f'train.micro_batches={t.micro_batches} must divide train.rows_per_batch='
                      f'{t.rows_per_batch}.')
   if t.mu < 1:
     raise ValueError(f'train.mu={t.mu} must be >= 1.')
-  if not 0.0 <= config.sgpo.unsolved_keep_fraction <= 1.0:
-    raise ValueError(f'sgpo.unsolved_keep_fraction={config.sgpo.unsolved_keep_fraction} must be '
-                     'in [0, 1].')
-  if config.method == 'sgpo_bayes':
-    from sgpo_jax import bayes_allocator
-    bayes_allocator.BayesSettings.from_config(config.sgpo_bayes)  # range checks, before compute
   if config.profile.num_samples < 1:
     raise ValueError(f'profile.num_samples={config.profile.num_samples} must be >= 1.')
   if num_devices is not None:
-    from sgpo_jax import sharding
+    from sgpo_jax import sharding  # jax-heavy: only when a device count is checked
     shape = sharding.resolve_mesh_shape(config.mesh.shape, config.mesh.axes, num_devices)
     batch = 1
     for axis, size in zip(config.mesh.axes, shape):
@@ -109,15 +226,8 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
                        f'use a multiple of {batch}.')
 
 
-def _group_sizes(config) -> tuple[int, ...]:
-  if config.method == 'sgpo':
-    return tuple(int(g) for g in config.sgpo.group_sizes)
-  if config.method == 'grpo':
-    return (int(config.grpo.group_size),)
-  if config.method == 'sgpo_bayes':
-    return tuple(int(g) for g in config.sgpo_bayes.group_sizes)
-  if config.method == 'greso':
-    return (int(config.greso.group_size),)
-  if config.method == 'knapsack':  # any size in [min, max] fits: R only bounds the sum
-    return (int(config.knapsack.group_size),)
-  return (int(config.dapo.group_size),)
+def _group_sizes(section: Any) -> tuple[int, ...]:
+  """The group sizes an allocator section asks for: `group_sizes`, or one `group_size`."""
+  if 'group_sizes' in section:
+    return tuple(int(g) for g in section.group_sizes)
+  return (int(section.group_size),)

@@ -39,17 +39,10 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from sgpo_jax.query import Query
+
 SOURCES = ('arithmetic', 'jsonl', 'parquet', 'tfds', 'hf')
 _MAX_EXAMPLES = 5
-
-
-@dataclasses.dataclass(frozen=True)
-class Query:
-  id: str
-  prompt: str
-  answer: str
-  difficulty: int | None = None
-  metadata: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

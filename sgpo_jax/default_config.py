@@ -28,17 +28,15 @@ histogram and trivial / unsolved fractions.
 
 import ml_collections
 
+from sgpo_jax.config_args import parse_arg
+
 REGIMES = ('default', 'paper_like', 'small_pool')
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = dict(kv.split('=', 1) for kv in arg.split(',') if kv) if arg else {}
-  unknown = set(args) - {'method', 'regime', 'runlocal'}
-  if unknown:
-    raise ValueError(f'unknown config arg(s) {sorted(unknown)} in {arg!r}; known: method, '
-                     'regime, runlocal')
+  args = parse_arg(arg, method='sgpo', regime='', runlocal=False)
   c = ml_collections.ConfigDict()
-  c.method = args.get('method', 'sgpo')  # sgpo|grpo|dapo|greso|knapsack|sgpo_bayes: RL allocator
+  c.method = args['method']  # sgpo|grpo|dapo|greso|knapsack|sgpo_bayes: RL allocator
   c.regime = ''  # '' = the README run; else the comparison regime this config was built for
   c.seed = 0
   c.dry_run = False  # build abstractly, print memory/FLOPs table, exit
@@ -135,7 +133,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sgpo.prior_strength = 8.0  # kappa of the Beta prior around the profiled p_hat
   c.sgpo.prior_eps = 0.5  # added to both Beta parameters so p_hat = 0 or 1 stays revisable
 
-  # method=sgpo_bayes (beyond the paper; sgpo_jax/bayes.py, bayes_allocator.py): a Beta
+  # method=sgpo_bayes (beyond the paper; sgpo_jax/bayes.py, allocators/sgpo_bayes.py): a Beta
   # posterior per prompt from a lazy adaptive profile and every rollout; G per prompt by
   # expected informative groups per row; deprioritised prompts revisited GRESO-style.
   c.sgpo_bayes = ml_collections.ConfigDict()
@@ -219,10 +217,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.eval.every_steps = 10
   c.eval.pass_k = 0  # >0: also pass@k at temperature sampling.temperature
 
-  regime = args.get('regime')
-  if regime is not None:
-    apply_regime(c, regime)
-  if args.get('runlocal'):
+  if args['regime']:
+    apply_regime(c, args['regime'])
+  if args['runlocal']:
     c.data.num_train = 512
     c.data.num_eval = 128
     c.warm_start.steps = 150

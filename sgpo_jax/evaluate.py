@@ -1,7 +1,12 @@
-"""Held-out evaluation: greedy accuracy (and optional pass@k) with the run's sampler."""
+"""Held-out evaluation: greedy accuracy (and optional pass@k) with the run's sampler.
+
+Every accuracy comes with its binomial standard error `eval_accuracy_se` =
+sqrt(p (1 - p) / n) over the n held-out problems (n = 2048 keeps it <= 1.1 points).
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import jax
@@ -16,6 +21,15 @@ def decode_rows(tokenizer, tokens_RxN: np.ndarray, mask_RxN: np.ndarray) -> list
           for row, mrow in zip(tokens_RxN, mask_RxN)]
 
 
+def accuracy_se(accuracy: float, n: int) -> float:
+  """Binomial standard error sqrt(p (1 - p) / n) of an accuracy p measured on n problems."""
+  if n <= 0:
+    raise ValueError(f'n={n} problems: an accuracy needs at least one')
+  if not 0.0 <= accuracy <= 1.0:
+    raise ValueError(f'accuracy={accuracy} is outside [0, 1]')
+  return math.sqrt(accuracy * (1.0 - accuracy) / n)
+
+
 def evaluate(sampler: Sampler, params, queries: Sequence, tokenizer, reward_fn, rng, *,
              pass_k: int = 0, temperature: float = 1.0, ledger=None) -> dict[str, float]:
   """Greedy accuracy over `queries`; with pass_k > 0 also pass@k at `temperature`.
@@ -28,7 +42,9 @@ def evaluate(sampler: Sampler, params, queries: Sequence, tokenizer, reward_fn, 
   rewards = sharding_lib.score_across_processes(
       reward_fn, decode_rows(tokenizer, out.tokens_RxN, out.mask_RxN), list(queries))
   count_generation(ledger, 'eval', sampler, out, len(prompts))
-  result = {'eval_accuracy': float(np.mean(rewards >= 1.0)) if len(rewards) else 0.0}
+  accuracy = float(np.mean(rewards >= 1.0)) if len(rewards) else 0.0
+  result = {'eval_accuracy': accuracy,
+            'eval_accuracy_se': accuracy_se(accuracy, len(rewards)) if len(rewards) else 0.0}
   by_difficulty: dict[int, list[float]] = {}
   for q, r in zip(queries, rewards):
     if q.difficulty is not None:

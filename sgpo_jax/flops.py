@@ -1,4 +1,7 @@
-"""Analytic FLOPs ledger for the Llama/Qwen2 decoder in model.py (papers.md section 1, Ours).
+"""Analytic FLOPs ledger for the Llama/Qwen2 decoder in model.py.
+
+sGPO (arXiv 2606.08854) compares total training compute, profiling included; the
+conventions below are this project's.
 
 Owns the FLOPs accounting of a run:
 - `param_counts`: total / embedding / non-embedding / matmul parameter counts.
@@ -19,10 +22,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-CATEGORIES = ('profile', 'rollout', 'reference', 'train', 'eval')
+# 'old_logprob': the behaviour policy's log-probs recomputed once per batch when train.mu > 1
+# (a forward pass over [R, T]); 'reference': the KL reference model's forward pass.
+CATEGORIES = ('profile', 'rollout', 'reference', 'old_logprob', 'train', 'eval')
 # Eval is reported on its own and left out of `total`: the claim is about the compute to
 # *train* to an accuracy, and eval frequency is a measurement choice that differs by run.
-TOTAL_CATEGORIES = ('profile', 'rollout', 'reference', 'train')
+TOTAL_CATEGORIES = ('profile', 'rollout', 'reference', 'old_logprob', 'train')
 
 
 def _field(model_cfg: Any, name: str) -> Any:
@@ -83,11 +88,11 @@ def _check_rows(rows: int, valid_rows: int) -> None:
 
 
 class FlopsLedger:
-  """Cumulative FLOPs per category ('profile', 'rollout', 'reference', 'train', 'eval').
+  """Cumulative FLOPs per category (`CATEGORIES`).
 
   Each category holds 'computed' (all rows, padding included) and 'useful' (the valid
-  rows' share). `total` = profile + rollout + reference + train (computed); eval is kept
-  apart and not in total. Useful scales by valid_rows / rows: padded tokens inside a valid
+  rows' share). `total` = profile + rollout + reference + old_logprob + train (computed);
+  eval is kept apart and not in total. Useful scales by valid_rows / rows: padded tokens inside a valid
   row (left-padded prompts, tokens after EOS) count as computed and useful alike, because
   the static-shape code does compute them.
   """
@@ -144,7 +149,7 @@ class FlopsLedger:
     return sum(self._useful[c] for c in TOTAL_CATEGORIES)
 
   def as_dict(self) -> dict[str, float]:
-    """{'profile','rollout','reference','train','total','useful_total','eval'} (computed)."""
+    """Computed FLOPs of each TOTAL_CATEGORIES entry, 'total', 'useful_total' and 'eval'."""
     out = {c: self._computed[c] for c in TOTAL_CATEGORIES}
     out.update(total=self.total, useful_total=self.useful_total, eval=self._computed['eval'])
     return out
@@ -169,3 +174,17 @@ def xla_flops(jitted_fn: Any, *args: Any) -> float:
   if isinstance(analysis, Mapping):
     analysis = [analysis]
   return float(sum(float(entry.get('flops', 0.0)) for entry in analysis))
+
+
+def rl_step_flops_bound(model_cfg: Any, rows: int, max_prompt_len: int, max_new_tokens: int,
+                        mu: int = 1) -> float:
+  """Upper bound on the FLOPs of one RL step of `rows` rows (the bound a regime's budget is
+  sized with): a rollout that decodes all max_new_tokens (the sampler stops earlier once
+  every row has hit EOS) from the largest prompt bucket, plus `mu` train passes over the
+  fixed [rows, max_prompt_len + max_new_tokens - 1] layout."""
+  ledger = FlopsLedger(model_cfg)
+  ledger.add_generation('rollout', rows=rows, prompt_len=max_prompt_len,
+                        new_tokens=max_new_tokens - 1, valid_rows=rows,
+                        cache_len=max_prompt_len + max_new_tokens)
+  ledger.add_train(rows, max_prompt_len + max_new_tokens - 1, rows, passes=mu)
+  return float(ledger.total)

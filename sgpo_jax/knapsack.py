@@ -14,23 +14,19 @@ Prompts with p in {0, 1} are worth 0 at any N, so the solve gives them the small
 the paper's fallback hands rows the solve leaves unused to the prompts it never sees
 solved (p = 0), round robin, up to the largest size (`fallback_fill`).
 
-`KnapsackAllocator` applies it over the one RL loop: R/G prompts a step (G = the
-homogeneous group size whose budget is shared out), each at its solved size, one static
-[R, T] batch (sizes live only in the group ids, so the train step compiles once).
+The allocator that applies it over the one RL loop is `allocators/knapsack.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
-
 import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
 class KnapsackSettings:
-  """config.knapsack, typed and range-checked once (from_config)."""
+  """config.knapsack, typed; range-checked once (config_check.check_knapsack builds one)."""
   group_size: int = 8  # the homogeneous G whose budget is redistributed: R/G prompts a step
   min_group_size: int = 2
   max_group_size: int = 64
@@ -49,15 +45,6 @@ class KnapsackSettings:
   def sizes(self) -> tuple[int, ...]:
     return tuple(range(self.min_group_size, self.max_group_size + 1))
 
-  @classmethod
-  def from_config(cls, section: Any) -> KnapsackSettings:
-    names = {f.name for f in dataclasses.fields(cls)}
-    values = dict(section.items()) if hasattr(section, 'items') else dict(section or {})
-    unknown = set(values) - names
-    if unknown:
-      raise ValueError(f'unknown knapsack settings {sorted(unknown)}; known: {sorted(names)}')
-    types = {f.name: type(getattr(cls(), f.name)) for f in dataclasses.fields(cls)}
-    return cls(**{k: types[k](v) for k, v in values.items()})
 
 
 def task_value(p: float | np.ndarray, n: int | np.ndarray) -> np.ndarray:
@@ -142,64 +129,3 @@ def allocate(p_P: Sequence[float] | np.ndarray, settings: KnapsackSettings, budg
     n_P = fallback_fill(n_P, p_P, budget, settings.max_group_size)
   return n_P
 
-
-# ----------------------------------------------------------------------------------------
-# The allocator
-
-
-def _allocators():
-  from sgpo_jax import allocators  # late: allocators.make_allocator imports this module
-  return allocators
-
-
-class KnapsackAllocator:
-  """R/G prompts a step from GRPO's shuffled pool walk, sizes from `allocate`.
-
-  p of a prompt = the mean clipped reward of its last rollout group (settings.prior_success
-  before its first). One plan per step; its rows never exceed R (padding where the solve
-  and fallback leave rows unused).
-  """
-  kind = 'knapsack'
-
-  def __init__(self, num_queries: int, settings: KnapsackSettings, rows_per_batch: int,
-               seed: int = 0):
-    if settings.max_group_size > rows_per_batch:
-      raise ValueError(f'knapsack.max_group_size={settings.max_group_size} exceeds '
-                       f'train.rows_per_batch={rows_per_batch}; lower it')
-    self.settings = settings
-    self._walk = _allocators().GRPOAllocator(num_queries, settings.group_size,
-                                             rows_per_batch, seed)
-    self.num_queries, self.seed = int(num_queries), int(seed)
-    self.rows_per_batch = int(rows_per_batch)
-    self.success = np.full(self.num_queries, np.nan)  # NaN: never rolled out
-
-  @property
-  def epoch(self) -> int:
-    return self._walk.epoch
-
-  def success_estimate(self, query_index: np.ndarray) -> np.ndarray:
-    p = self.success[np.asarray(query_index, np.int64)]
-    return np.where(np.isnan(p), self.settings.prior_success, p)
-
-  def next_plan(self):
-    query_index = self._walk.next_plan().query_index
-    sizes = allocate(self.success_estimate(query_index), self.settings, self.rows_per_batch)
-    return _allocators().BatchPlan(query_index, sizes.astype(np.int32), self.kind)
-
-  def observe(self, plan, rewards_R: np.ndarray, layout) -> None:
-    rewards_R = np.clip(np.asarray(rewards_R, dtype=np.float64).reshape(-1), 0.0, 1.0)
-    for p, q in enumerate(plan.query_index.tolist()):
-      rows = (layout.group_id_R == p) & layout.valid_R
-      if rows.any():
-        self.success[q] = float(rewards_R[rows].mean())
-
-  def state_dict(self) -> dict:
-    return {'kind': self.kind, 'num_queries': self.num_queries, 'seed': self.seed,
-            'epoch': self._walk._epoch, 'cursor': self._walk._cursor,
-            'success': [None if np.isnan(v) else float(v) for v in self.success]}
-
-  def load_state_dict(self, state: dict) -> None:
-    _allocators()._check_state(state, self.kind, self.num_queries, self.seed)
-    self._walk._epoch, self._walk._cursor = int(state['epoch']), int(state['cursor'])
-    self.success = np.asarray([np.nan if v is None else v for v in state['success']],
-                              np.float64)

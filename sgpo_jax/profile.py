@@ -3,14 +3,14 @@
 Results are appended to `profile.jsonl` as each chunk of queries finishes, so a killed
 pass resumes where it stopped and never re-samples a finished query (rows with a
 `n_correct` are final). After allocation `train.py` rewrites the file with each query's
-`group_size` and `phase` (design.md output contract).
+`group_size` and `phase` (docs/outputs.md).
 
 Row ids for the sampler's per-row RNG are `query_index * k + j`, so a query's samples do
 not depend on chunking or on which queries were already done.
 
-Standalone: `python -m sgpo_jax.profile --config configs/default.py --workdir DIR` (same as
-`sgpo_jax.main --stage profile`) builds the
-initial policy, profiles the pool, and writes profile.jsonl and plots/p_hat_histogram.png.
+Standalone: `python -m sgpo_jax.main --stage profile --config configs/default.py --workdir
+DIR` builds the initial policy, profiles the pool, and writes profile.jsonl and
+plots/p_hat_histogram.png.
 """
 
 from __future__ import annotations
@@ -113,16 +113,3 @@ def profile_queries(sampler: Sampler, params, queries: Sequence, tokenizer, rewa
   n_correct = np.array([done[i]['n_correct'] for i in index], np.int64)
   return {'query_index': index, 'n_samples': n_samples, 'n_correct': n_correct,
           'p_hat': n_correct / np.maximum(n_samples, 1)}
-
-
-def main(argv) -> None:
-  """`python -m sgpo_jax.profile --config ...`: the main job stopped after profiling."""
-  from sgpo_jax import main as main_lib
-  main_lib.FLAGS.stage = 'profile'
-  main_lib.main(argv)
-
-
-if __name__ == '__main__':
-  from absl import app
-  from sgpo_jax import main as _flags  # noqa: F401  (defines --config, --workdir, --stage)
-  app.run(main)

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from sgpo_jax import flops as flops_lib
+
 
 def _figure(figsize):
   """A pyplot-free figure: rendering reports never changes a notebook's backend."""
@@ -63,7 +65,12 @@ def plot_curves(workdir: str, rows: list[dict]) -> None:
   evals = [r for r in rows if 'eval_accuracy' in r]
   if evals:
     fig, ax = _figure((6, 3.5))
-    ax.plot([r['flops_total'] for r in evals], [r['eval_accuracy'] for r in evals], 'o-')
+    xs, ys = [r['flops_total'] for r in evals], np.array([r['eval_accuracy'] for r in evals])
+    ax.plot(xs, ys, 'o-')
+    se = np.array([r.get('eval_accuracy_se', np.nan) for r in evals])
+    if np.isfinite(se).all():
+      ax.fill_between(xs, ys - 2 * se, ys + 2 * se, alpha=0.2, lw=0, label='± 2 SE')
+      ax.legend()
     ax.set_xlabel('cumulative FLOPs (profiling + rollouts + training)')
     ax.set_ylabel('held-out greedy accuracy')
     ax.set_title('Eval accuracy vs compute')
@@ -78,16 +85,21 @@ def write_report(workdir: str, summary: dict[str, Any], rows: list[dict], alloca
   plot_curves(workdir, rows)
   f = summary['flops']
   init, final = summary['eval_accuracy_initial'], summary['eval_accuracy_final']
+  se = lambda key: (f" ± {100 * summary[key]:.1f}" if key in summary else '')  # noqa: E731
   lines = [
       f"# Run report: {summary['method']} (seed {summary['seed']})", '',
-      f"Held-out greedy accuracy went from **{init:.1%}** to **{final:.1%}** "
-      f"({(final - init) * 100:+.1f} points) in {summary['steps']} RL steps and "
-      f"{summary['wall_seconds']:.0f} s of wall time.", '',
+      f"Held-out greedy accuracy went from **{init:.1%}**{se('eval_accuracy_initial_se')} to "
+      f"**{final:.1%}**{se('eval_accuracy_final_se')} ({(final - init) * 100:+.1f} points) in "
+      f"{summary['steps']} RL steps and {summary['wall_seconds']:.0f} s of wall time"
+      + (f" (± = binomial standard error over {summary['num_eval']} held-out problems)"
+         if 'num_eval' in summary else '') + '.', '',
       '## Compute (FLOPs, analytic; padding counted as computed)', '',
       '| stage | FLOPs | share |', '|---|---|---|',
   ]
   total = max(f['total'], 1.0)
-  for stage in ('profile', 'rollout', 'reference', 'train'):
+  for stage in flops_lib.TOTAL_CATEGORIES:
+    if stage not in f:  # a summary written before the category existed
+      continue
     lines.append(f"| {stage} | {_fmt(f[stage])} | {f[stage] / total:.1%} |")
   lines += [f"| **total** | {_fmt(f['total'])} | 100% |", '',
             f"Useful (non-padding) FLOPs: {_fmt(f['useful_total'])}; eval (not in total): "

@@ -1,6 +1,6 @@
 """sGPO allocation: from a difficulty profile to group sizes, phases and fixed-shape rows.
 
-Owns the pure, numpy-only part of sGPO (papers.md section 1):
+Owns the pure, numpy-only part of sGPO (sGPO, arXiv 2606.08854):
 - `group_size_for` / `assign_group_sizes`: G = power-of-two bucket of 1/p_hat.
 - `allocate`: filtering (trivial dropped, a seeded subset of unsolved kept per phase),
   group sizes for learnable queries, and the curriculum (phases in increasing G) or one
@@ -9,8 +9,10 @@ Owns the pure, numpy-only part of sGPO (papers.md section 1):
 - `pack_rows`: fixed-shape packing of prompts with (possibly mixed) group sizes into
   `rows_per_batch` rows with a group id per row and masked padding rows.
 
-Profiling itself (sampling completions) lives with the sampler; iterating the allocation
-during training lives in `allocators.py`.
+- `SGPOSettings`: config.sgpo as a typed, checked dataclass (defaults: default_config.py).
+
+Profiling itself (sampling completions) lives in `profile.py`; iterating the allocation
+during training lives in `allocators/sgpo.py`.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from sgpo_jax import config_check
+from sgpo_jax.config_check import ROUNDINGS
+
 DEFAULT_GROUP_SIZES = (2, 4, 8)
-ROUNDINGS = ('down', 'up', 'nearest')
 # A float p_hat or threshold is read as the simplest fraction (denominator up to this) that
 # rounds to exactly that float, so 1/6 or 0.7 bucket as the fractions they stand for, while
 # 0.2500001 stays just above 1/4.
@@ -281,12 +285,37 @@ class Allocation:
     return records
 
 
-def _cfg(config: Any, name: str, default: Any) -> Any:
-  if config is None:
-    return default
-  if isinstance(config, Mapping):
-    return config.get(name, default)
-  return getattr(config, name, default)
+@dataclasses.dataclass(frozen=True)
+class SGPOSettings:
+  """config.sgpo, typed and range-checked once (config_check.check_sgpo).
+
+  Build it with `SGPOSettings.from_config(config.sgpo)` (a ConfigDict, a partial dict or
+  None: missing fields take default_config.py's values). group_sizes is stored sorted.
+  """
+  trivial_threshold: float
+  unsolved_keep_fraction: float
+  group_sizes: tuple[int, ...]
+  rounding: str
+  clip: bool
+  curriculum: bool
+  phase_epochs: float
+  phase_plateau_window: int
+  phase_plateau_delta: float
+  fill_phase_tail: bool
+  trivial_replay_fraction: float
+  online_update: bool
+  prior_strength: float
+  prior_eps: float
+
+  def __post_init__(self) -> None:
+    config_check.check_sgpo(dataclasses.asdict(self))
+    object.__setattr__(self, 'group_sizes', _check_group_sizes(self.group_sizes))
+
+  @classmethod
+  def from_config(cls, section: Any = None) -> SGPOSettings:
+    if isinstance(section, SGPOSettings):
+      return section
+    return cls(**config_check.section_values('sgpo', section))
 
 
 def unsolved_subset(num_unsolved: int, keep_fraction: float, seed: int,
@@ -304,7 +333,7 @@ def unsolved_subset(num_unsolved: int, keep_fraction: float, seed: int,
 
 
 def allocate(profile: Any, sgpo_config: Any = None, seed: int = 0) -> Allocation:
-  """Filter, size and schedule the profiled queries (papers.md section 1).
+  """Filter, size and schedule the profiled queries (sGPO, arXiv 2606.08854).
 
   - trivial: p_hat > trivial_threshold, never trained.
   - unsolved: p_hat == 0; per phase a fixed seeded subset (probability
@@ -321,13 +350,11 @@ def allocate(profile: Any, sgpo_config: Any = None, seed: int = 0) -> Allocation
   'mix'); a single learnable query gives a one-prompt phase (its batches are padded).
   """
   prof = as_query_profile(profile)
-  trivial_threshold = float(_cfg(sgpo_config, 'trivial_threshold', 0.75))
-  keep_fraction = float(_cfg(sgpo_config, 'unsolved_keep_fraction', 0.10))
-  group_sizes = _check_group_sizes(_cfg(sgpo_config, 'group_sizes', DEFAULT_GROUP_SIZES))
-  rounding = str(_cfg(sgpo_config, 'rounding', 'down'))
-  clip = bool(_cfg(sgpo_config, 'clip', True))
-  curriculum = bool(_cfg(sgpo_config, 'curriculum', True))
-  _check_rounding(rounding)
+  settings = SGPOSettings.from_config(sgpo_config)
+  trivial_threshold = settings.trivial_threshold
+  keep_fraction = settings.unsolved_keep_fraction
+  group_sizes, rounding = settings.group_sizes, settings.rounding
+  clip, curriculum = settings.clip, settings.curriculum
 
   num_queries = int(prof.query_index.size)
   if num_queries == 0:
@@ -408,14 +435,13 @@ def allocate(profile: Any, sgpo_config: Any = None, seed: int = 0) -> Allocation
 
 def profile_bucket(n_correct: int, n_samples: int, sgpo_config: Any = None) -> int:
   """What `allocate` makes of a query with these counts: -1 trivial, 0 unsolved, else G."""
+  settings = SGPOSettings.from_config(sgpo_config)
   p = Fraction(int(n_correct), int(n_samples))
-  if p > _as_fraction(float(_cfg(sgpo_config, 'trivial_threshold', 0.75))):
+  if p > _as_fraction(settings.trivial_threshold):
     return -1
   if p == 0:
     return 0
-  return group_size_for(p, _cfg(sgpo_config, 'group_sizes', DEFAULT_GROUP_SIZES),
-                        str(_cfg(sgpo_config, 'rounding', 'down')),
-                        bool(_cfg(sgpo_config, 'clip', True)))
+  return group_size_for(p, settings.group_sizes, settings.rounding, settings.clip)
 
 
 def bucket_settled(n_correct: int, n_drawn: int, num_samples: int,
@@ -430,9 +456,10 @@ def bucket_settled(n_correct: int, n_drawn: int, num_samples: int,
     return True
   if n_drawn < 1:
     return False
-  now = profile_bucket(n_correct, n_drawn, sgpo_config)
+  settings = SGPOSettings.from_config(sgpo_config)
+  now = profile_bucket(n_correct, n_drawn, settings)
   left = num_samples - n_drawn
-  return all(profile_bucket(c, num_samples, sgpo_config) == now
+  return all(profile_bucket(c, num_samples, settings) == now
              for c in range(n_correct, n_correct + left + 1))
 
 

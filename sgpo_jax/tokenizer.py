@@ -248,11 +248,9 @@ def load_tokenizer(tokenizer_config: Any) -> Tokenizer:
   if kind == 'char':
     return CharTokenizer()
   if kind == 'hf':
-    get = getattr(tokenizer_config, 'get', None)
-    stop_strings = get('stop_strings', ()) if get else ()
     return HFTokenizer(tokenizer_config.path, chat_template=tokenizer_config.chat_template,
                        system_prompt=tokenizer_config.system_prompt,
-                       stop_strings=stop_strings or ())
+                       stop_strings=tuple(tokenizer_config.stop_strings))
   raise ValueError(f"tokenizer.kind={kind!r} is not one of 'char', 'hf'")
 
 

@@ -3,10 +3,15 @@
     config -> task/data -> initial policy (HF checkpoint or cached warm start)
            -> PROFILE (sgpo) -> ALLOCATE -> RL loop -> summary.json, report.md, plots/
 
-RL loop, per step: the allocator plans a batch (which prompts, what G), the sampler rolls
-out, the task scores, the learner takes one jitted step on the fixed [R, T] batch (group
-sizes only in group_id), then metrics, eval, checkpoint, early stop. DAPO assembles its
-batch over several generation rounds; every round's FLOPs are counted.
+RL loop, per step: the allocator selected by config.method fills a batch (which prompts,
+what G, how many generation rounds) through `rollout_fn`, which samples, scores and
+charges every generated row to the FLOPs ledger; the learner takes one jitted step on the
+fixed [R, T] batch (group sizes only in group_id); then metrics, eval / early stop and
+checkpoint. This module never names a method: allocators are plug-ins
+(`sgpo_jax/allocators/`).
+
+`run` reads as its stages: `setup` -> `restore_or_init` -> (`rl_step` ->
+`eval_and_stop` -> `maybe_checkpoint`)* -> `finalize`, over one `RunState`.
 
 Determinism: the rollout RNG of step t is fold_in(seed, t); allocator state, FLOPs ledger,
 profile and initial eval are in the checkpoint; so a run killed anywhere and restarted
@@ -17,8 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -30,6 +35,7 @@ from sgpo_jax import allocators as allocators_lib
 from sgpo_jax import checkpoint as checkpoint_lib
 from sgpo_jax import config_check
 from sgpo_jax import data as data_lib
+from sgpo_jax import dry_run as dry_run_lib
 from sgpo_jax import evaluate as evaluate_lib
 from sgpo_jax import flops as flops_lib
 from sgpo_jax import learner as learner_lib
@@ -43,6 +49,7 @@ from sgpo_jax import tasks
 from sgpo_jax import tokenizer as tokenizer_lib
 from sgpo_jax import warm_start as warm_start_lib
 from sgpo_jax.sampling import Sampler
+from sgpo_jax.scaling_law import early_stop as early_stop_lib
 
 ROLLOUT_STREAM = 0x5011
 EVAL_STREAM = 0xE7A1
@@ -72,6 +79,7 @@ class Setup:
 def setup(config, workdir: str, show_progress: bool = True) -> Setup:
   """Checks the config, loads data, builds mesh, tokenizer, initial policy and sampler."""
   config_check.check_config(config, jax.device_count())
+  allocators_lib.allocator_class(config.method)  # an unknown method fails before compute
   os.makedirs(os.path.join(workdir, 'plots'), exist_ok=True)
   metrics_lib.write_json(os.path.join(workdir, 'config.json'), config.to_dict())
   mesh = sharding_lib.make_mesh(config.mesh)
@@ -117,7 +125,8 @@ def run_profile(su: Setup, show_progress: bool = True) -> sgpo_lib.Allocation:
 
 def _bucket_settled(config):
   k = int(config.profile.num_samples)
-  return lambda n_correct, n_drawn: sgpo_lib.bucket_settled(n_correct, n_drawn, k, config.sgpo)
+  settings = sgpo_lib.SGPOSettings.from_config(config.sgpo)
+  return lambda n_correct, n_drawn: sgpo_lib.bucket_settled(n_correct, n_drawn, k, settings)
 
 
 def allocate(su: Setup, profile: dict) -> sgpo_lib.Allocation:
@@ -135,8 +144,21 @@ def allocate(su: Setup, profile: dict) -> sgpo_lib.Allocation:
   return allocation
 
 
-def _rollout(su: Setup, params, layout, rng, category: str = 'rollout') -> dict[str, np.ndarray]:
-  """Samples one completion per valid row of `layout`; padding rows stay empty."""
+def make_rollout_fn(su: Setup, params, step: int) -> allocators_lib.RolloutFn:
+  """The `RolloutFn` allocators fill step `step`'s batch with (see allocators/base.py)."""
+  step_rng = jax.random.fold_in(jax.random.fold_in(jax.random.key(su.config.seed),
+                                                   ROLLOUT_STREAM), step)
+
+  def rollout_fn(layout, round_index: int | None = None,
+                 category: str = 'rollout') -> allocators_lib.Rollout:
+    rng = step_rng if round_index is None else jax.random.fold_in(step_rng, round_index)
+    return rollout(su, params, layout, rng, category)
+  return rollout_fn
+
+
+def rollout(su: Setup, params, layout, rng, category: str = 'rollout') -> allocators_lib.Rollout:
+  """Samples one completion per valid row of `layout` and scores it; padding rows stay
+  empty. The sampler calls' FLOPs go to the ledger under `category`."""
   config, tok = su.config, su.tokenizer
   rows, n_new = layout.rows_per_batch, config.sampling.max_new_tokens
   valid_rows = np.flatnonzero(layout.valid_R)
@@ -154,62 +176,16 @@ def _rollout(su: Setup, params, layout, rng, category: str = 'rollout') -> dict[
   queries = [su.train_queries[layout.row_query_index_R[r]] for r in valid_rows]
   rewards[valid_rows] = sharding_lib.score_across_processes(
       su.reward_fn, evaluate_lib.decode_rows(tok, out.tokens_RxN, out.mask_RxN), queries)
-  return dict(tokens=tokens, mask=mask, logps=logps, rewards=rewards,
-              row_query_index=np.asarray(layout.row_query_index_R))
+  return allocators_lib.Rollout(tokens, mask, logps, rewards,
+                                np.asarray(layout.row_query_index_R), pad_id=tok.pad_id)
 
 
-def collect_batch(su: Setup, allocator, params, step: int) -> tuple[Any, Any, dict, dict] | None:
-  """Plans, rolls out and scores one RL batch. Returns (plan, layout, rollout, info)."""
-  rows = su.config.train.rows_per_batch
-  step_rng = jax.random.fold_in(jax.random.fold_in(jax.random.key(su.config.seed),
-                                                   ROLLOUT_STREAM), step)
-  if hasattr(allocator, 'fill_batch'):  # the allocator rolls out itself (probes, profile)
-    calls = []
-
-    def rollout_fn(layout, round_index, category):
-      calls.append(category)
-      return _rollout(su, params, layout, jax.random.fold_in(step_rng, round_index), category)
-
-    plan, layout, rollout = allocator.fill_batch(rollout_fn)
-    return plan, layout, rollout, {'rounds': len(calls),
-                                   'profile_rounds': calls.count('profile')}
-  if not hasattr(allocator, 'new_batch_builder'):  # one plan per step; DAPO/GRESO: rounds
-    plan = allocator.next_plan()
-    if plan is None:
-      return None
-    layout = plan.rows(rows)
-    rollout = _rollout(su, params, layout, step_rng)
-    allocator.observe(plan, rollout['rewards'], layout)
-    return plan, layout, rollout, {'rounds': 1}
-  builder = allocator.new_batch_builder()
-  rounds, plan = [], None
-  while not builder.done:
-    plan = allocator.next_plan()
-    layout = plan.rows(rows)
-    rollout = _rollout(su, params, layout, jax.random.fold_in(step_rng, builder.rounds))
-    allocator.observe(plan, rollout['rewards'], layout)
-    builder.add_round(layout, rollout['rewards'])
-    rounds.append(rollout)
-  batch = builder.build()
-  gathered = {
-      'tokens': batch.gather([r['tokens'] for r in rounds], fill=su.tokenizer.pad_id),
-      'mask': batch.gather([r['mask'] for r in rounds], fill=0),
-      'logps': batch.gather([r['logps'] for r in rounds], fill=0.0),
-      'rewards': batch.rewards_R,
-      'row_query_index': batch.gather([r['row_query_index'] for r in rounds], fill=-1),
-  }
-  info = {'rounds': batch.rounds, 'dapo_dropped_groups': batch.dropped_groups,
-          'dapo_discarded_rows': batch.discarded_rows, 'dapo_kept_groups': batch.kept_groups}
-  if hasattr(allocator, 'step_info'):
-    info.update(allocator.step_info())
-  return plan, batch.layout, gathered, info
-
-
-def train_batch(su: Setup, layout, rollout) -> dict[str, np.ndarray]:
-  prompts = [su.prompt_tokens[qi] if qi >= 0 else [] for qi in rollout['row_query_index']]
-  batch = learner_lib.layout_batch(prompts, rollout['tokens'], rollout['mask'], rollout['logps'],
-                                   su.config.sampling.max_prompt_len, su.tokenizer.pad_id)
-  batch.update(rewards_R=rollout['rewards'].astype(np.float32),
+def train_batch(su: Setup, layout, rollout: allocators_lib.Rollout) -> dict[str, np.ndarray]:
+  prompts = [su.prompt_tokens[qi] if qi >= 0 else [] for qi in rollout.row_query_index_R]
+  batch = learner_lib.layout_batch(prompts, rollout.tokens_RxN, rollout.mask_RxN,
+                                   rollout.logps_RxN, su.config.sampling.max_prompt_len,
+                                   su.tokenizer.pad_id)
+  batch.update(rewards_R=rollout.rewards_R.astype(np.float32),
                group_id_R=np.asarray(layout.group_id_R, np.int32),
                valid_R=np.asarray(layout.valid_R, bool))
   return batch
@@ -222,170 +198,245 @@ def run_eval(su: Setup, params, step: int) -> dict[str, float]:
                                temperature=su.config.sampling.temperature, ledger=su.ledger)
 
 
-def _early_stopper(config):
-  if not config.train.early_stop.enabled:
-    return None
-  from sgpo_jax.scaling_law.early_stop import EarlyStopper
-  return EarlyStopper(config.train.early_stop, config.train.num_steps)
+def _se(result: dict, n: int) -> float:
+  if 'eval_accuracy_se' in result:
+    return float(result['eval_accuracy_se'])
+  return evaluate_lib.accuracy_se(result['eval_accuracy'], n) if n else 0.0
 
 
-def run(config, workdir: str, stop_after: str | None = None, show_progress: bool = True
-        ) -> dict:
-  """Runs (or resumes) the whole job in `workdir`; returns summary.json's content."""
-  if config.dry_run:
-    config_check.check_config(config)
-    from sgpo_jax import dry_run
-    return dry_run.dry_run(config)
-  wall_start = time.time()
-  su = setup(config, workdir, show_progress)
-  t, num_steps, rows = config.train, config.train.num_steps, config.train.rows_per_batch
-  learner = learner_lib.Learner(su.model_cfg, su.mesh, su.param_shardings, config, num_steps)
-  ref_params = jax.tree.map(lambda x: x.copy(), su.params) if t.kl_coef > 0 else None
-  state = learner.init_state(su.params)
-  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'), config.checkpoint.keep,
-                                     config.checkpoint.async_save)
+# ----------------------------------------------------------------------------------------
+# The RL loop's stages
+
+
+@dataclasses.dataclass
+class RunState:
+  """Everything the loop's stages read and update; `meta` is what checkpoints carry."""
+  learner: learner_lib.Learner
+  ckpt: checkpoint_lib.Checkpointer
+  train_state: Any
+  ref_params: Any  # the initial policy when train.kl_coef > 0, else None
+  meta: dict
+  resumed_step: int | None
+  allocation: sgpo_lib.Allocation | None = None
+  allocator: allocators_lib.Allocator | None = None
+  writer: metrics_lib.MetricsWriter | None = None
+  stopper: Any = None
+  p_hat_by_query: dict[int, float] | None = None
+  step: int = 0
+  last_eval: dict = dataclasses.field(default_factory=dict)
+  stop_reason: str | None = None
+  wall_start: float = dataclasses.field(default_factory=time.time)
+
+  def wall_seconds(self) -> float:
+    return self.meta.get('wall_seconds_base', 0.0) + time.time() - self.wall_start
+
+
+def restore_or_init(su: Setup, show_progress: bool = True) -> RunState:
+  """Learner state and meta from the latest checkpoint, or fresh; then the profile."""
+  config = su.config
+  learner = learner_lib.Learner(su.model_cfg, su.mesh, su.param_shardings, config,
+                                config.train.num_steps)
+  ref_params = (jax.tree.map(lambda x: x.copy(), su.params) if config.train.kl_coef > 0
+                else None)
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(su.workdir, 'checkpoints'),
+                                     config.checkpoint.keep, config.checkpoint.async_save)
+  train_state, meta = learner.init_state(su.params), {}
   latest = ckpt.latest_step()
-  meta: dict = {}
   if latest is not None:
-    state, meta = ckpt.restore(latest, state)
+    train_state, meta = ckpt.restore(latest, train_state)
     su.ledger.load_state_dict(meta['flops'])
     meta['wall_seconds_base'] = meta.get('wall_seconds', 0.0)
-    logging.info('resumed from step %d in %s', latest, workdir)
+    logging.info('resumed from step %d in %s', latest, su.workdir)
+  rs = RunState(learner, ckpt, train_state, ref_params, meta, latest, step=latest or 0)
+  if allocators_lib.allocator_class(config.method).needs_profile:
+    rs.allocation = (allocate(su, meta['profile']) if 'profile' in meta
+                     else run_profile(su, show_progress))
+    meta['profile'] = {'query_index': rs.allocation.query_index.tolist(),
+                       'n_correct': rs.allocation.n_correct.tolist(),
+                       'n_samples': rs.allocation.n_samples.tolist()}
+    rs.p_hat_by_query = dict(zip(rs.allocation.query_index.tolist(),
+                                 rs.allocation.p_hat.tolist()))
+  return rs
 
-  allocation = None
-  if config.method == 'sgpo':
-    allocation = allocate(su, meta['profile']) if 'profile' in meta else run_profile(
-        su, show_progress)
-    meta['profile'] = {'query_index': allocation.query_index.tolist(),
-                       'n_correct': allocation.n_correct.tolist(),
-                       'n_samples': allocation.n_samples.tolist()}
-  if stop_after == 'profile':
-    ckpt.close()
-    return {'profile': None if allocation is None else allocation.summary()}
 
-  allocator = allocators_lib.make_allocator(config, len(su.train_queries), allocation)
-  if 'allocator' in meta:
-    allocator.load_state_dict(meta['allocator'])
-  writer = metrics_lib.MetricsWriter(workdir, resume_step=latest)
-  if 'eval_initial' not in meta:
-    meta['eval_initial'] = run_eval(su, su.params, 0)
-    writer.write({'step': 0, 'flops_total': su.ledger.total, **meta['eval_initial']})
-  stopper = _early_stopper(config)
-  if stopper is not None:
-    for row in writer.rows:
+def start_loop(su: Setup, rs: RunState) -> None:
+  """Allocator (restored), metrics writer, initial eval and early stopper of the loop."""
+  rs.allocator = allocators_lib.make_allocator(su.config, len(su.train_queries), rs.allocation)
+  if 'allocator' in rs.meta:
+    rs.allocator.load_state_dict(rs.meta['allocator'])
+  rs.writer = metrics_lib.MetricsWriter(su.workdir, resume_step=rs.resumed_step)
+  if 'eval_initial' not in rs.meta:
+    rs.meta['eval_initial'] = run_eval(su, su.params, 0)
+    rs.writer.write({'step': 0, 'flops_total': su.ledger.total, **rs.meta['eval_initial']})
+  rs.last_eval = dict(rs.meta.get('last_eval', rs.meta['eval_initial']))
+  rs.stop_reason = rs.meta.get('stop_reason')
+  if su.config.train.early_stop.enabled:
+    rs.stopper = early_stop_lib.EarlyStopper(su.config.train.early_stop, su.config.train.num_steps)
+    for row in rs.writer.rows:  # replay the logged curve into a resumed stopper
       if 'reward_mean' in row and row['padding_fraction'] <= MAX_PADDING_FOR_FIT:
-        stopper.observe(row['step'], row['reward_mean'], row['flops_total'])
-  p_hat_by_query = None if allocation is None else dict(zip(allocation.query_index.tolist(),
-                                                            allocation.p_hat.tolist()))
+        rs.stopper.observe(row['step'], row['reward_mean'], row['flops_total'])
 
-  step = latest or 0
-  last_eval = dict(meta.get('last_eval', meta['eval_initial']))
-  stop_reason = meta.get('stop_reason')
-  bar = tqdm(total=num_steps, initial=step, desc=f'RL ({config.method})',
-             disable=not show_progress)
-  while step < num_steps and stop_reason is None:
-    step_start = time.time()
-    params = state['params']
-    collected = collect_batch(su, allocator, params, step)
-    if collected is None:
-      stop_reason = 'allocator exhausted'
-      break
-    plan, layout, rollout, info = collected
-    batch = train_batch(su, layout, rollout)
-    seq_len = batch['tokens_RxT'].shape[1] - 1
-    valid_rows = int(layout.valid_R.sum())
-    if t.kl_coef > 0:
-      batch['ref_logp_RxT1'] = np.asarray(sharding_lib.to_host(
-          learner.logprobs(ref_params, batch['tokens_RxT'], batch['mask_RxT'])))
-      su.ledger.add_forward('reference', rows, seq_len, valid_rows)
-    if t.mu > 1:
-      batch['old_logp_RxT1'] = np.asarray(sharding_lib.to_host(
-          learner.logprobs(params, batch['tokens_RxT'], batch['mask_RxT'])))
-      su.ledger.add_forward('reference', rows, seq_len, valid_rows)
-    for _ in range(t.mu):
-      state, step_metrics = learner.train_step(state, batch)
-    step_metrics = jax.device_get(step_metrics)
-    learner_lib.check_finite(step_metrics, step + 1)
-    su.ledger.add_train(rows, seq_len, valid_rows, passes=t.mu)
-    step += 1
 
-    valid = np.asarray(layout.valid_R, bool)
-    completion_tokens = int(rollout['mask'][valid].sum())
-    seconds = time.time() - step_start
-    row = {
-        'step': step, 'phase': plan.phase,
-        'reward_mean': float(rollout['rewards'][valid].mean()) if valid.any() else 0.0,
-        'padding_fraction': float(1.0 - valid.mean()),
-        'flops_total': su.ledger.total, 'flops_useful_total': su.ledger.useful_total,
-        'tokens_per_second': completion_tokens / max(seconds, 1e-9),
-        'n_prompts': int(layout.num_prompts),
-        'group_size_mean': float(np.asarray(layout.row_group_size_R)[valid].mean())
-        if valid.any() else 0.0,
-        'completion_len_mean': completion_tokens / max(valid_rows, 1),
-        'seconds': seconds, **info,
-        **{k: float(v) for k, v in step_metrics.items()},
-    }
-    if p_hat_by_query is not None:
-      batch_queries = [int(q) for q in rollout['row_query_index'][valid]]
-      row['p_hat_mean'] = float(np.mean([p_hat_by_query.get(q, np.nan) for q in batch_queries]))
-    budget_hit = 0 < t.flops_budget <= su.ledger.total
-    if budget_hit:
-      stop_reason = f'flops budget {t.flops_budget:.3g} reached at step {step}'
-    if step % config.eval.every_steps == 0 or step == num_steps or budget_hit:
-      last_eval = run_eval(su, state['params'], step)
-      row.update(last_eval)
-    if (stopper is not None and stop_reason is None
-        and row['padding_fraction'] <= MAX_PADDING_FOR_FIT):
-      decision = stopper.update(step, row['reward_mean'], su.ledger.total)
-      if decision is not None and decision.should_stop:
-        stop_reason = f'early stop at step {step}: {decision.reason}'
-        row['early_stop_reason'] = decision.reason
-        row['flops_saved_estimate'] = decision.flops_saved_estimate
-        logging.info(stop_reason)
-        if 'eval_accuracy' not in row:
-          last_eval = run_eval(su, state['params'], step)
-          row.update(last_eval)
-    writer.write(row)
-    if (os.environ.get('SGPO_TEST_SIGKILL_AFTER_STEP') == str(step) and
-        os.environ.get('SGPO_TEST_SIGKILL_PROCESS', str(jax.process_index())) ==
-        str(jax.process_index())):
-      os.kill(os.getpid(), signal.SIGKILL)  # fault injection for the resume tests
-    bar.update(1)
-    bar.set_postfix(reward=f"{row['reward_mean']:.2f}", acc=f"{last_eval['eval_accuracy']:.3f}",
-                    tok_s=f"{row['tokens_per_second']:.0f}")
-    if step % config.checkpoint.every_steps == 0 or step == num_steps or stop_reason:
-      meta.update(step=step, allocator=allocator.state_dict(), flops=su.ledger.state_dict(),
-                  last_eval=last_eval, stop_reason=stop_reason,
-                  wall_seconds=meta.get('wall_seconds_base', 0.0) + time.time() - wall_start)
-      ckpt.save(step, state, metrics_lib.to_jsonable(meta))
-  bar.close()
-  ckpt.close()
-  writer.close()
+def _policy_logprobs(su: Setup, rs: RunState, params, batch: dict, category: str) -> np.ndarray:
+  """Per-token log-probs of `params` on the batch, charged to the ledger as `category`."""
+  rows, seq_len = batch['tokens_RxT'].shape[0], batch['tokens_RxT'].shape[1] - 1
+  su.ledger.add_forward(category, rows, seq_len, int(batch['valid_R'].sum()))
+  return np.asarray(sharding_lib.to_host(
+      rs.learner.logprobs(params, batch['tokens_RxT'], batch['mask_RxT'])))
 
-  steps_rows = [r for r in writer.rows if 'reward_mean' in r]
+
+def rl_step(su: Setup, rs: RunState) -> dict | None:
+  """Fills, trains on and measures one batch; returns its metrics row (None: exhausted)."""
+  t = su.config.train
+  step_start = time.time()
+  params = rs.train_state['params']
+  filled = rs.allocator.fill_batch(make_rollout_fn(su, params, rs.step))
+  if filled is None:
+    return None
+  batch = train_batch(su, filled.layout, filled.rollout)
+  if t.kl_coef > 0:
+    batch['ref_logp_RxT1'] = _policy_logprobs(su, rs, rs.ref_params, batch, 'reference')
+  if t.mu > 1:  # the behaviour policy's log-probs, recomputed once for the mu passes
+    batch['old_logp_RxT1'] = _policy_logprobs(su, rs, params, batch, 'old_logprob')
+  for _ in range(t.mu):
+    rs.train_state, step_metrics = rs.learner.train_step(rs.train_state, batch)
+  step_metrics = jax.device_get(step_metrics)
+  learner_lib.check_finite(step_metrics, rs.step + 1)
+  seq_len = batch['tokens_RxT'].shape[1] - 1
+  su.ledger.add_train(t.rows_per_batch, seq_len, int(filled.layout.valid_R.sum()), passes=t.mu)
+  rs.step += 1
+  return _metrics_row(su, rs, filled, step_metrics, time.time() - step_start)
+
+
+def _metrics_row(su: Setup, rs: RunState, filled: allocators_lib.FilledBatch,
+                 step_metrics: dict, seconds: float) -> dict:
+  layout, rollout = filled.layout, filled.rollout
+  valid = np.asarray(layout.valid_R, bool)
+  completion_tokens = int(rollout.mask_RxN[valid].sum())
+  row = {
+      'step': rs.step, 'phase': filled.phase,
+      'reward_mean': float(rollout.rewards_R[valid].mean()) if valid.any() else 0.0,
+      'padding_fraction': float(1.0 - valid.mean()),
+      'flops_total': su.ledger.total, 'flops_useful_total': su.ledger.useful_total,
+      'tokens_per_second': completion_tokens / max(seconds, 1e-9),
+      'n_prompts': int(layout.num_prompts),
+      'group_size_mean': float(np.asarray(layout.row_group_size_R)[valid].mean())
+      if valid.any() else 0.0,
+      'completion_len_mean': completion_tokens / max(int(valid.sum()), 1),
+      'seconds': seconds, **filled.info,
+      **{k: float(v) for k, v in step_metrics.items()},
+  }
+  if rs.p_hat_by_query is not None:
+    batch_queries = [int(q) for q in rollout.row_query_index_R[valid]]
+    row['p_hat_mean'] = float(np.mean([rs.p_hat_by_query.get(q, np.nan)
+                                       for q in batch_queries]))
+  return row
+
+
+def eval_and_stop(su: Setup, rs: RunState, row: dict) -> None:
+  """Evaluates when due, and decides (FLOPs budget, early stop) whether the run ends."""
+  config, step = su.config, rs.step
+  budget = config.train.flops_budget
+  budget_hit = 0 < budget <= su.ledger.total
+  if budget_hit:
+    rs.stop_reason = f'flops budget {budget:.3g} reached at step {step}'
+  if step % config.eval.every_steps == 0 or step == config.train.num_steps or budget_hit:
+    rs.last_eval = run_eval(su, rs.train_state['params'], step)
+    row.update(rs.last_eval)
+  if (rs.stopper is None or rs.stop_reason is not None
+      or row['padding_fraction'] > MAX_PADDING_FOR_FIT):
+    return
+  decision = rs.stopper.update(step, row['reward_mean'], su.ledger.total)
+  if decision is not None and decision.should_stop:
+    rs.stop_reason = f'early stop at step {step}: {decision.reason}'
+    row['early_stop_reason'] = decision.reason
+    row['flops_saved_estimate'] = decision.flops_saved_estimate
+    logging.info(rs.stop_reason)
+    if 'eval_accuracy' not in row:  # the stopping step is always evaluated
+      rs.last_eval = run_eval(su, rs.train_state['params'], step)
+      row.update(rs.last_eval)
+
+
+def maybe_checkpoint(su: Setup, rs: RunState) -> None:
+  config, step = su.config, rs.step
+  if (step % config.checkpoint.every_steps == 0 or step == config.train.num_steps
+      or rs.stop_reason):
+    rs.meta.update(step=step, allocator=rs.allocator.state_dict(),
+                   flops=su.ledger.state_dict(), last_eval=rs.last_eval,
+                   stop_reason=rs.stop_reason, wall_seconds=rs.wall_seconds())
+    rs.ckpt.save(step, rs.train_state, metrics_lib.to_jsonable(rs.meta))
+
+
+def finalize(su: Setup, rs: RunState) -> dict:
+  """Closes the loop's resources; writes summary.json and report.md; returns the summary."""
+  rs.ckpt.close()
+  rs.writer.close()
+  config = su.config
+  steps_rows = [r for r in rs.writer.rows if 'reward_mean' in r]
+  counts = flops_lib.param_counts(su.model_cfg)
   summary = {
-      'method': config.method, 'seed': config.seed, 'steps': step,
+      'method': config.method, 'seed': config.seed, 'steps': rs.step,
       'model_name': config.model.hf_path or 'embedded',
-      'params_nonembed': flops_lib.param_counts(su.model_cfg)['nonembed'],
-      'params_total': flops_lib.param_counts(su.model_cfg)['total'],
-      'eval_accuracy_initial': meta['eval_initial']['eval_accuracy'],
-      'eval_accuracy_final': last_eval['eval_accuracy'],
+      'params_nonembed': counts['nonembed'], 'params_total': counts['total'],
+      'eval_accuracy_initial': rs.meta['eval_initial']['eval_accuracy'],
+      'eval_accuracy_final': rs.last_eval['eval_accuracy'],
+      # Binomial SE of each (older checkpoints' metas may lack it: recomputed from n).
+      'eval_accuracy_initial_se': _se(rs.meta['eval_initial'], len(su.eval_queries)),
+      'eval_accuracy_final_se': _se(rs.last_eval, len(su.eval_queries)),
+      'num_eval': len(su.eval_queries),
       'flops': su.ledger.as_dict(),
-      'compiles': {'train_step': learner.compile_count, 'sampler': su.sampler.compile_count},
+      'compiles': {'train_step': rs.learner.compile_count,
+                   'sampler': su.sampler.compile_count},
       'padding_fraction': float(np.mean([r['padding_fraction'] for r in steps_rows]))
       if steps_rows else 0.0,
-      'wall_seconds': meta.get('wall_seconds_base', 0.0) + time.time() - wall_start,
+      'wall_seconds': rs.wall_seconds(),
       'initial_policy': su.init_info,
-      'stop_reason': stop_reason,
+      'stop_reason': rs.stop_reason,
   }
-  if allocation is not None:
-    summary['profile'] = allocation.summary()
-  if hasattr(allocator, 'summary'):
-    summary['allocator'] = allocator.summary()
-  metrics_lib.write_json(os.path.join(workdir, 'summary.json'), summary)
+  if rs.allocation is not None:
+    summary['profile'] = rs.allocation.summary()
+  if hasattr(rs.allocator, 'summary'):  # an allocator's own diagnostics (sgpo_bayes)
+    summary['allocator'] = rs.allocator.summary()
+  metrics_lib.write_json(os.path.join(su.workdir, 'summary.json'), summary)
   if sharding_lib.is_writer():
-    report_lib.write_report(workdir, summary, writer.rows, allocation)
+    report_lib.write_report(su.workdir, summary, rs.writer.rows, rs.allocation)
   closer = getattr(su.reward_fn, 'close', None)
   if closer is not None:
     closer()
   return summary
+
+
+def run(config, workdir: str, stop_after: str | None = None, show_progress: bool = True,
+        after_step: Callable[[int], None] | None = None) -> dict:
+  """Runs (or resumes) the whole job in `workdir`; returns summary.json's content.
+
+  `after_step(step)` is called once each step's metrics row is written, before its
+  checkpoint (tests use it to inject faults).
+  """
+  if config.dry_run:
+    config_check.check_config(config)
+    return dry_run_lib.dry_run(config)
+  su = setup(config, workdir, show_progress)
+  rs = restore_or_init(su, show_progress)
+  if stop_after == 'profile':
+    rs.ckpt.close()
+    return {'profile': None if rs.allocation is None else rs.allocation.summary()}
+  start_loop(su, rs)
+  bar = tqdm(total=config.train.num_steps, initial=rs.step, desc=f'RL ({config.method})',
+             disable=not show_progress)
+  while rs.step < config.train.num_steps and rs.stop_reason is None:
+    row = rl_step(su, rs)
+    if row is None:
+      rs.stop_reason = 'allocator exhausted'
+      break
+    eval_and_stop(su, rs, row)
+    rs.writer.write(row)
+    if after_step is not None:
+      after_step(rs.step)
+    bar.update(1)
+    bar.set_postfix(reward=f"{row['reward_mean']:.2f}",
+                    acc=f"{rs.last_eval['eval_accuracy']:.3f}",
+                    tok_s=f"{row['tokens_per_second']:.0f}")
+    maybe_checkpoint(su, rs)
+  bar.close()
+  return finalize(su, rs)

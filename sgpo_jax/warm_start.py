@@ -57,7 +57,12 @@ def sft_examples(queries, tokenizer, data_config, max_prompt_len: int, max_new_t
 
 
 def train_sft(cfg: model_lib.ModelConfig, params, shardings, mesh, examples, ws_config,
-              seed: int, show_progress: bool = True):
+              seed: int, show_progress: bool = True, callback=None, callback_every: int = 0):
+  """SFT for ws_config.steps steps; returns (params, final loss).
+
+  callback(steps_done, params) runs every `callback_every` steps (probes of the warm start's
+  strength along one SFT trajectory, e.g. experiments/regime_histograms.py --sft-probe).
+  """
   tokens_NxT, mask_NxT, loss_mask_NxT1 = examples
   model = model_lib.Transformer(cfg)
   optimizer = optax.adamw(float(ws_config.learning_rate))
@@ -93,6 +98,8 @@ def train_sft(cfg: model_lib.ModelConfig, params, shardings, mesh, examples, ws_
     state, loss = step(state, *b)
     if i % 50 == 0 or i == int(ws_config.steps) - 1:
       bar.set_postfix(loss=f'{float(loss):.3f}')
+    if callback is not None and callback_every and (i + 1) % callback_every == 0:
+      callback(i + 1, state[0])
   return state[0], (None if loss is None else float(loss))
 
 

@@ -1,5 +1,6 @@
-"""Tests for sgpo_jax/allocators.py: GRPO / sGPO / DAPO allocators, resume, DAPO batches."""
+"""Tests for sgpo_jax/allocators/: GRPO / sGPO / DAPO allocators, resume, DAPO batches, registry."""
 
+import dataclasses
 import importlib.util
 import json
 import pathlib
@@ -23,7 +24,8 @@ def sgpo_cfg(**overrides):
   cfg = {'trivial_threshold': 0.75, 'unsolved_keep_fraction': 0.0, 'group_sizes': (2, 4, 8),
          'rounding': 'down', 'clip': True, 'curriculum': True, 'phase_epochs': 1.0,
          'phase_plateau_window': 0, 'phase_plateau_delta': 0.01,
-         'trivial_replay_fraction': 0.0, 'online_update': False, 'prior_strength': 8.0}
+         'trivial_replay_fraction': 0.0, 'online_update': False, 'prior_strength': 8.0,
+         'fill_phase_tail': False}
   cfg.update(overrides)
   return cfg
 
@@ -161,7 +163,7 @@ def test_sgpo_trivial_replay_share():
   rewards = np.zeros(16)
   rewards[layout.valid_R & np.isin(layout.row_query_index_R, [7, 8])] = 1.0
   alloc.observe(plan, rewards, layout)
-  assert alloc._phase_rewards == [0.0]  # replay rows do not count towards the plateau
+  assert alloc.state.phase_rewards == [0.0]  # replay rows do not count towards the plateau
   assert_resumes_identically(
       lambda: make_sgpo(rows_per_batch=16, trivial_replay_fraction=0.25), 16)
 
@@ -309,5 +311,149 @@ def test_make_allocator_dispatches_on_method():
   assert isinstance(sgpo_alloc, allocators.Allocator)
   assert sgpo_alloc.next_plan().phase == 'G2'
   config.method = 'ppo'
-  with pytest.raises(ValueError, match="config.method='ppo'"):
+  with pytest.raises(ValueError, match=r"config.method='ppo' is not one of \('dapo', 'greso', 'grpo', 'knapsack', 'sgpo'\)"):
     allocators.make_allocator(config, 12)
+
+
+# -- fill_batch: the one interface the trainer uses ----------------------------------------
+
+
+class FakeRollouts:
+  """A RolloutFn: scripted rewards per call; records every call as the ledger would."""
+
+  def __init__(self, rewards_per_call):
+    self.rewards_per_call = list(rewards_per_call)
+    self.calls = []
+
+  def __call__(self, layout, round_index=None, category='rollout'):
+    k = len(self.calls)
+    self.calls.append((round_index, category, layout.num_valid_rows))
+    rows = layout.rows_per_batch
+    tokens = np.where(layout.valid_R[:, None], 100 * k + np.arange(rows)[:, None], 0)
+    return allocators.Rollout(tokens.astype(np.int32), layout.valid_R[:, None].astype(np.int32),
+                              np.zeros((rows, 1), np.float32),
+                              np.asarray(self.rewards_per_call[k], np.float32) * layout.valid_R,
+                              np.asarray(layout.row_query_index_R), pad_id=0)
+
+
+def test_plan_allocators_fill_one_batch_per_rollout_like_next_plan():
+  via_fill = make_sgpo(rows_per_batch=8)
+  via_plans = make_sgpo(rows_per_batch=8)
+  fake = FakeRollouts([np.ones(8)] * 3)
+  for _ in range(3):
+    filled = via_fill.fill_batch(fake)
+    plan = via_plans.next_plan()
+    via_plans.observe(plan, rewards_for(plan.rows(8)), plan.rows(8))
+    assert filled.phase == plan.phase and filled.info == {'rounds': 1}
+    np.testing.assert_array_equal(filled.layout.row_query_index_R,
+                                  plan.rows(8).row_query_index_R)
+  # one rollout per step, on the step's own key, charged as 'rollout'
+  assert [c[:2] for c in fake.calls] == [(None, 'rollout')] * 3
+  assert via_fill.state_dict() == via_plans.state_dict()
+
+
+def test_dapo_fill_batch_runs_rounds_and_charges_discarded_rows():
+  alloc = allocators.DAPOAllocator(num_queries=10, group_size=4, rows_per_batch=8,
+                                   max_rounds=4, seed=0)
+  mirror = allocators.DAPOAllocator(10, 4, 8, max_rounds=4, seed=0)
+  fake = FakeRollouts([[1, 1, 1, 1, 1, 0, 1, 0], [0, 1, 0, 0, 1, 1, 0, 1]])
+  filled = alloc.fill_batch(fake)
+  # two rounds (distinct round keys), all 16 generated rows charged, 8 of them discarded
+  assert fake.calls == [(0, 'rollout', 8), (1, 'rollout', 8)]
+  assert filled.info == {'rounds': 2, 'dapo_dropped_groups': 1, 'dapo_discarded_rows': 8,
+                         'dapo_kept_groups': 2}
+  assert filled.phase == 'dapo'
+  np.testing.assert_array_equal(filled.rollout.rewards_R, [1, 0, 1, 0, 0, 1, 0, 0])
+  # round 0 rows 4..7, then round 1 rows 0..3 (tokens encode 100 * round + row)
+  np.testing.assert_array_equal(filled.rollout.tokens_RxN[:, 0],
+                                [4, 5, 6, 7, 100, 101, 102, 103])
+  plans = [mirror.next_plan() for _ in range(2)]
+  expected = [plans[0].query_index[1]] * 4 + [plans[1].query_index[0]] * 4
+  np.testing.assert_array_equal(filled.rollout.row_query_index_R, expected)
+  np.testing.assert_array_equal(filled.layout.row_query_index_R, expected)
+
+
+# -- registry, settings, state ------------------------------------------------------------
+
+
+def test_registry_takes_a_new_allocator_with_one_decorator():
+  @allocators.register_allocator('every_query_once_test')
+  class OnceAllocator(allocators.PlanAllocator):
+    """All queries at G=2 in one batch, then exhausted (a toy plug-in)."""
+
+    def __init__(self, num_queries, seed):
+      self.num_queries, self.seed, self.rows_per_batch = num_queries, seed, 2 * num_queries
+      self.state = OnceState()
+
+    @classmethod
+    def from_config(cls, config, num_queries, profile=None):
+      return cls(num_queries, int(config.seed))
+
+    def next_plan(self):
+      if self.state.done:
+        return None
+      self.state.done = True
+      return allocators.BatchPlan(np.arange(self.num_queries), np.full(self.num_queries, 2),
+                                  'once')
+
+  config = default_config()
+  config.method = 'every_query_once_test'
+  try:
+    alloc = allocators.make_allocator(config, num_queries=3)
+    fake = FakeRollouts([np.ones(6)])
+    assert alloc.fill_batch(fake).layout.num_valid_rows == 6
+    state = json.loads(json.dumps(alloc.state_dict()))
+    assert state == {'kind': 'every_query_once_test', 'num_queries': 3, 'seed': 0, 'done': True}
+    fresh = allocators.make_allocator(config, num_queries=3)
+    fresh.load_state_dict(state)
+    assert fresh.fill_batch(fake) is None
+    with pytest.raises(ValueError, match='already registered'):
+      allocators.register_allocator('every_query_once_test')(allocators.GRPOAllocator)
+  finally:
+    allocators.base._REGISTRY.pop('every_query_once_test')
+
+
+@dataclasses.dataclass
+class OnceState:
+  done: bool = False
+
+
+def test_state_dict_is_the_state_dataclass_and_round_trips_arrays():
+  alloc = make_sgpo(rows_per_batch=8, online_update=True, trivial_replay_fraction=0.25)
+  drive(alloc, 3, 8)
+  state = json.loads(json.dumps(alloc.state_dict()))
+  fields = {f.name for f in dataclasses.fields(alloc.state)}
+  assert set(state) == fields | {'kind', 'num_queries', 'seed'}
+  resumed = make_sgpo(rows_per_batch=8, online_update=True, trivial_replay_fraction=0.25)
+  resumed.load_state_dict(state)
+  assert resumed.state.alpha.dtype == np.float64 and resumed.state.observed.dtype == np.int64
+  np.testing.assert_array_equal(resumed.state.alpha, alloc.state.alpha)
+  assert resumed.state.replay == alloc.state.replay
+  del state['pending']
+  with pytest.raises(ValueError, match=r"lacks \['pending'\]"):
+    resumed.load_state_dict(state)
+
+
+def test_epoch_cursor_covers_each_epoch_once_and_crosses_epochs():
+  cursor = allocators.EpochCursor()
+  picks = np.concatenate([cursor.take(3, 5, (7, 1)) for _ in range(4)])  # 12 = 2.4 epochs
+  assert sorted(picks[:5].tolist()) == list(range(5)) == sorted(picks[5:10].tolist())
+  assert (cursor.epoch, cursor.cursor) == (2, 2)
+  again = allocators.EpochCursor()
+  assert np.concatenate([again.take(6, 5, (7, 1)), again.take(6, 5, (7, 1))]).tolist() == \
+      picks.tolist()
+
+
+def test_typed_settings_take_defaults_from_default_config_and_check_ranges():
+  settings = sgpo.SGPOSettings.from_config({'group_sizes': [8, 2, 4]})
+  defaults = default_config().sgpo
+  assert settings.group_sizes == (2, 4, 8)
+  assert settings.trivial_threshold == defaults.trivial_threshold
+  assert settings.fill_phase_tail == defaults.fill_phase_tail
+  with pytest.raises(ValueError, match=r"unknown sgpo settings \['phase_epoch'\]; known:"):
+    sgpo.SGPOSettings.from_config({'phase_epoch': 2.0})
+  with pytest.raises(ValueError, match='sgpo.phase_epochs=0 must be > 0'):
+    sgpo.SGPOSettings.from_config({'phase_epochs': 0})
+  with pytest.raises(ValueError, match='dapo.max_rounds=0 must be >= 1'):
+    allocators.DAPOSettings.from_config({'max_rounds': 0})
+  assert allocators.GRPOSettings.from_config(None).group_size == default_config().grpo.group_size

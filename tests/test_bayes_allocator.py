@@ -1,4 +1,4 @@
-"""Tests for sgpo_jax/bayes_allocator.py: lazy adaptive profile, G choice, revisits, resume."""
+"""Tests for sgpo_jax/allocators/sgpo_bayes.py: lazy adaptive profile, G choice, revisits, resume."""
 
 import hashlib
 import json
@@ -6,8 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from sgpo_jax import allocators, bayes_allocator, default_config
-from sgpo_jax.bayes_allocator import CANDIDATE, DEPRIORITISED, BayesAllocator, BayesSettings
+from sgpo_jax import allocators, default_config
+from sgpo_jax.allocators import Rollout
+from sgpo_jax.allocators.sgpo_bayes import (CANDIDATE, DEPRIORITISED, BayesAllocator,
+                                            BayesSettings)
 
 TRIVIAL, UNSOLVED, COIN = 'trivial', 'unsolved', 'coin'
 
@@ -16,7 +18,7 @@ def fake_rollout(alloc, kinds, calls):
   """Rewards by prompt kind: trivial always 1, unsolved always 0, coin a fixed pseudo-random
   0/1 of (query, row, step, round)
   (sha256: crc32's parity is affine in its input); records (category, valid rows) per call."""
-  def rollout_fn(layout, round_index, category):
+  def rollout_fn(layout, round_index=None, category='rollout'):
     rewards = np.zeros(layout.rows_per_batch, np.float32)
     for r in np.flatnonzero(layout.valid_R):
       q = int(layout.row_query_index_R[r])
@@ -26,8 +28,19 @@ def fake_rollout(alloc, kinds, calls):
         key = f'{q}|{r}|{alloc.state.steps}|{round_index}'.encode()
         rewards[r] = float(hashlib.sha256(key).digest()[0] % 2)
     calls.append((category, int(layout.valid_R.sum())))
-    return {'rewards': rewards}
+    n_rows = layout.rows_per_batch
+    return Rollout(np.zeros((n_rows, 1), np.int32), np.zeros((n_rows, 1), np.int32),
+                   np.zeros((n_rows, 1), np.float32), rewards, layout.row_query_index_R)
   return rollout_fn
+
+
+def plan_of(filled):
+  """(query per prompt, G per prompt) of a filled batch, from its row layout."""
+  layout = filled.layout
+  valid = np.flatnonzero(layout.valid_R)
+  _, first = np.unique(layout.group_id_R[valid], return_index=True)
+  rows = valid[np.sort(first)]
+  return layout.row_query_index_R[rows].tolist(), layout.row_group_size_R[rows].tolist()
 
 
 def make(num_queries=32, rows=16, **overrides):
@@ -42,7 +55,8 @@ def kinds_for(n):
 def test_profile_settles_trivial_and_unsolved_and_trains_coin_prompts_at_min_g():
   alloc = make()
   kinds, calls = kinds_for(32), []
-  plan, layout, _ = alloc.fill_batch(fake_rollout(alloc, kinds, calls))
+  filled = alloc.fill_batch(fake_rollout(alloc, kinds, calls))
+  queries, sizes = plan_of(filled)
   st = alloc.state
   profiled = alloc.pool_order[:st.frontier]
   # Trivial / unsolved prompts settle 'skip' after 3 equal samples (Jeffreys prior, G = 4:
@@ -50,9 +64,10 @@ def test_profile_settles_trivial_and_unsolved_and_trains_coin_prompts_at_min_g()
   for q in profiled:
     if kinds[q] in (TRIVIAL, UNSOLVED) and st.probe_n[q] >= 3:
       assert st.status[q] == DEPRIORITISED and st.probe_n[q] == 3 and st.skips[q] == 1
-  assert all(kinds[q] == COIN for q in plan.query_index)
+  assert all(kinds[q] == COIN for q in queries)
   # Expected informative groups per row favour new prompts at G = 4 over growing to 8.
-  assert plan.group_size.tolist() == [4] * 4 and layout.num_valid_rows == 16
+  assert sizes == [4] * 4 and filled.layout.num_valid_rows == 16
+  assert filled.info == {'rounds': len(calls), 'profile_rounds': len(calls) - 1}
   # Profiling rounds are generation-only calls charged as 'profile', then one rollout.
   assert [c for c, _ in calls][-1] == 'rollout'
   assert all(c == 'profile' for c, _ in calls[:-1]) and len(calls) > 1
@@ -82,8 +97,8 @@ def test_everything_trivial_still_fills_batches():
   alloc = make(num_queries=8, rows=8)
   calls = []
   for _ in range(4):
-    plan, layout, _ = alloc.fill_batch(fake_rollout(alloc, [TRIVIAL] * 8, calls))
-    assert plan.num_prompts >= 1 and layout.num_valid_rows <= 8
+    filled = alloc.fill_batch(fake_rollout(alloc, [TRIVIAL] * 8, calls))
+    assert len(plan_of(filled)[0]) >= 1 and filled.layout.num_valid_rows <= 8
   assert (alloc.state.status == CANDIDATE).sum() == 0
 
 
@@ -93,8 +108,7 @@ def test_state_round_trips_and_resumes_exactly():
   def run(alloc, steps, calls):
     out = []
     for _ in range(steps):
-      plan, _, _ = alloc.fill_batch(fake_rollout(alloc, kinds, calls))
-      out.append((plan.query_index.tolist(), plan.group_size.tolist()))
+      out.append(plan_of(alloc.fill_batch(fake_rollout(alloc, kinds, calls))))
     return out
 
   full = make(num_queries=40)
@@ -115,6 +129,10 @@ def test_settings_errors_name_the_field():
     BayesSettings(profile_min_samples=5, profile_max_samples=4)
   with pytest.raises(ValueError, match='group_sizes'):
     BayesSettings(group_sizes=(1, 4))
+  c = default_config.get_config('method=sgpo_bayes')
+  c.sgpo_bayes.settle_low = 0.9
+  with pytest.raises(ValueError, match='settle_low'):
+    allocators.make_allocator(c, 64)
   with pytest.raises(ValueError, match='rows_per_batch=12'):
     BayesAllocator(8, 12, BayesSettings(), seed=0)
 
@@ -123,5 +141,5 @@ def test_make_allocator_builds_it_from_the_config():
   c = default_config.get_config('method=sgpo_bayes')
   c.sgpo_bayes.group_sizes = (4, 8)
   alloc = allocators.make_allocator(c, 64)
-  assert isinstance(alloc, bayes_allocator.BayesAllocator)
+  assert isinstance(alloc, BayesAllocator)
   assert alloc.settings.group_sizes == (4, 8) and alloc.rows_per_batch == 128

@@ -16,9 +16,10 @@ def read_jsonl(path):
     return [json.loads(line) for line in f if line.strip()]
 
 
-def _run_main(workdir, extra_env=None, steps=6):
-  env = dict(os.environ, **(extra_env or {}))
-  cmd = [sys.executable, '-m', 'sgpo_jax.main', '--config', 'configs/default.py:runlocal=1',
+def _run_main(workdir, kill_after_step=None, steps=6):
+  entry = (['tests.sigkill_main', f'--kill_after_step={kill_after_step}']
+           if kill_after_step is not None else ['sgpo_jax.main'])
+  cmd = [sys.executable, '-m', *entry, '--config', 'configs/default.py:runlocal=1',
          '--workdir', workdir, f'--config.train.num_steps={steps}',
          '--config.checkpoint.every_steps=2', '--config.eval.every_steps=3',
          '--config.data.num_train=96', '--config.data.num_eval=32',
@@ -26,7 +27,7 @@ def _run_main(workdir, extra_env=None, steps=6):
          '--config.sgpo_bayes.window=4', '--config.warm_start.steps=20',
          '--config.model.n_layers=2', '--config.model.d_model=32', '--config.model.d_ff=64',
          '--config.model.head_dim=8']
-  return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+  return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
 
 
 @pytest.mark.slow
@@ -46,7 +47,7 @@ def test_sgpo_bayes_ledger_counts_probes_and_sigkill_resume_is_exact(tmp_path):
   assert flops['total'] == pytest.approx(flops['profile'] + flops['rollout'] + flops['train'])
   assert summary['compiles']['train_step'] == 1
 
-  killed = _run_main(str(tmp_path / 'killed'), {'SGPO_TEST_SIGKILL_AFTER_STEP': '3'})
+  killed = _run_main(str(tmp_path / 'killed'), kill_after_step=3)
   assert killed.returncode == -signal.SIGKILL
   resumed = _run_main(str(tmp_path / 'killed'))
   assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -104,3 +104,63 @@ def test_cli_rejects_unknown_override_before_compute(tmp_path):
   assert out.returncode != 0
   assert 'nums_steps' in out.stderr
   assert not os.path.exists(tmp_path / 'w')
+
+
+def _config_module(name):
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, 'configs', f'{name}.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_parse_arg_is_typed_and_strict():
+  from sgpo_jax.config_args import parse_arg
+  spec = dict(method='sgpo', gpu=False, steps=10, lr=0.5)
+  assert parse_arg(None, **spec) == spec
+  assert parse_arg('gpu=1,steps=3,lr=1e-3,method=grpo', **spec) == dict(
+      method='grpo', gpu=True, steps=3, lr=1e-3)
+  for false in ('0', 'false', 'False', '', 'no', 'off'):
+    assert parse_arg(f'gpu={false}', **spec)['gpu'] is False, false
+  assert parse_arg('gpu', **spec)['gpu'] is True  # a bare bool key means True
+  with pytest.raises(ValueError, match=r"unknown config arg 'gpus'.*known: \['gpu', 'lr', "
+                     r"'method', 'steps'\]"):
+    parse_arg('gpus=1', **spec)
+  with pytest.raises(ValueError, match="gpu='maybe' is not a bool"):
+    parse_arg('gpu=maybe', **spec)
+  with pytest.raises(ValueError, match="steps='x' is not an int"):
+    parse_arg('steps=x', **spec)
+
+
+def test_every_config_file_uses_the_strict_parser():
+  single_gpu = (1, 1, 1)
+  for name in ('qwen2_5_math_1_5b_gsm8k', 'qwen2_5_math_1_5b_dapo_math'):
+    module = _config_module(name)
+    assert tuple(module.get_config('gpu=0').mesh.shape) != single_gpu, name  # '0' is False
+    assert tuple(module.get_config('gpu=1').mesh.shape) == single_gpu, name
+    assert module.get_config('method=dapo,gpu=false').method == 'dapo'
+    with pytest.raises(ValueError, match='unknown config arg'):
+      module.get_config('gpu=1,runlocal=1')
+  default = _config_module('default')
+  assert default.get_config('runlocal=0').train.num_steps == \
+      default_config.get_config().train.num_steps
+  assert default.get_config('runlocal=1').train.num_steps < \
+      default_config.get_config().train.num_steps
+  with pytest.raises(ValueError, match=r"known: \['method', 'regime', 'runlocal'\]"):
+    default.get_config('methd=grpo')
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('sgpo.phase_epochs', 0.0, 'sgpo.phase_epochs=0.0 must be > 0'),
+    ('sgpo.trivial_replay_fraction', 1.0, r'sgpo.trivial_replay_fraction=1.0 must be in \[0, 1\)'),
+    ('sgpo.trivial_threshold', 1.5, r'sgpo.trivial_threshold=1.5 must be in \[0, 1\]'),
+    ('sgpo.rounding', 'sideways', "sgpo.rounding='sideways' is not one of"),
+    ('sgpo.prior_eps', 0.0, 'sgpo.prior_eps=0.0 must be > 0'),
+    ('dapo.max_rounds', 0, 'dapo.max_rounds=0 must be >= 1'),
+])
+def test_allocator_range_checks_live_in_config_check(field, value, message):
+  c = default_config.get_config()
+  section, key = field.split('.')
+  c[section][key] = value
+  with pytest.raises(ValueError, match=message):
+    config_check.check_config(c)

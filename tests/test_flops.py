@@ -56,16 +56,19 @@ def test_ledger_parts_add_up():
                         cache_len=5)  # 3888
   # reference forward: 2 rows x 5 tokens x 816 = 8160
   ledger.add_forward('reference', rows=2, seq_len=5, valid_rows=2)
+  # old-log-prob recompute (train.mu > 1): its own category, 1 row x 5 x 816 = 4080
+  ledger.add_forward('old_logprob', rows=1, seq_len=5, valid_rows=1)
   # train: 2 passes x 5 tokens x 2448 = 24480 per row; 2 rows -> 48960, 1 valid -> 24480
   ledger.add_train(rows=2, seq_len=5, valid_rows=1, passes=2)
   ledger.add_forward('eval', rows=1, seq_len=5, valid_rows=1)  # 4080, not in total
-  # total = 3888 + 15552 + 8160 + 48960; useful = 3888 + 11664 + 8160 + 24480
+  # total = 3888 + 15552 + 8160 + 4080 + 48960; useful = 3888 + 11664 + 8160 + 4080 + 24480
   assert ledger.as_dict() == {'profile': 3888, 'rollout': 15552, 'reference': 8160,
-                              'train': 48960, 'total': 76560, 'useful_total': 48192,
-                              'eval': 4080}
+                              'old_logprob': 4080, 'train': 48960, 'total': 80640,
+                              'useful_total': 52272, 'eval': 4080}
   assert ledger.useful('rollout') == 11664 and ledger.useful('train') == 24480
   parts = ledger.as_dict()
-  assert parts['total'] == sum(parts[c] for c in ('profile', 'rollout', 'reference', 'train'))
+  assert parts['total'] == sum(parts[c] for c in ('profile', 'rollout', 'reference',
+                                                  'old_logprob', 'train'))
 
 
 def test_ledger_monotone_and_resumable():

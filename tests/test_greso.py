@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sgpo_jax import allocators, greso
+from sgpo_jax import allocators, config_check, greso
+from sgpo_jax.allocators.greso import GRESOAllocator
 from sgpo_jax import default_config
 
 ALL1, ALL0, MIXED = [1, 1, 1, 1], [0, 0, 0, 0], [0, 1, 0, 1]
@@ -56,14 +57,15 @@ def test_adapt_moves_toward_the_target_and_stays_in_range():
 
 
 def test_settings_defaults_are_the_papers_and_bad_values_are_named():
-  s = greso.GRESOSettings.from_config(default_config.get_config().greso)
+  s = greso.GRESOSettings(**config_check.section_values('greso',
+                                                        default_config.get_config().greso))
   assert (s.p_easy_init, s.p_hard_init, s.delta, s.p_min, s.p_max, s.p_floor) == \
       (0.5, 0.5, 0.01, 0.05, 0.95, 0.01)
   assert s.target_easy == pytest.approx(0.25 / 3) and s.target_hard == pytest.approx(0.5 / 3)
   with pytest.raises(ValueError, match='greso.p_easy_init=0.99'):
     greso.GRESOSettings(p_easy_init=0.99)
-  with pytest.raises(ValueError, match='unknown greso settings'):
-    greso.GRESOSettings.from_config({'p_eassy_init': 0.5})
+  with pytest.raises(ValueError, match='p_eassy_init'):
+    config_check.section_values('greso', {'p_eassy_init': 0.5})
 
 
 def _feed(alloc, plan, rewards_by_query, rows=16):
@@ -72,13 +74,13 @@ def _feed(alloc, plan, rewards_by_query, rows=16):
   for r in np.flatnonzero(layout.valid_R):
     q = int(layout.row_query_index_R[r])
     rewards_R[r] = rewards_by_query(q, r)
-  alloc.observe(plan, rewards_R, layout)
+  alloc.observe_round(layout, rewards_R)
 
 
 def test_allocator_skips_solved_prompts_at_the_rule_rate_and_never_informative_ones():
   # 8 queries, G=4, R=16: 4 prompts a round. Queries 0-3 always solved, 4-7 mixed.
   s = greso.GRESOSettings(group_size=4)
-  alloc = greso.GRESOAllocator(8, s, 16, seed=3)
+  alloc = GRESOAllocator(8, s, 16, seed=3)
   solved = lambda q, r: 1.0 if q < 4 else float(r % 2)  # noqa: E731
   for _ in range(2):  # the whole first epoch: every prompt rolled out once
     _feed(alloc, alloc.next_plan(), solved)
@@ -97,17 +99,16 @@ def test_allocator_skips_solved_prompts_at_the_rule_rate_and_never_informative_o
 
 def test_allocator_adapts_p_once_per_step_after_the_first_epoch():
   s = greso.GRESOSettings(group_size=4)
-  alloc = greso.GRESOAllocator(8, s, 16, seed=0)
+  alloc = GRESOAllocator(8, s, 16, seed=0)
   all_wrong = lambda q, r: 0.0  # noqa: E731
-  builder = alloc.new_batch_builder()  # step 1 starts: nothing to adapt yet
+  alloc.start_step()  # step 1 starts: nothing to adapt yet
   for _ in range(2):
     _feed(alloc, alloc.next_plan(), all_wrong)
-  del builder
-  alloc.new_batch_builder()  # step 2 starts: step 1 was epoch 0 -> no adaptation
+  alloc.start_step()  # step 2 starts: step 1 was epoch 0 -> no adaptation
   assert (alloc.p_easy, alloc.p_hard) == (0.5, 0.5)
   plan = alloc.next_plan()  # epoch 1 now
   _feed(alloc, plan, all_wrong)
-  alloc.new_batch_builder()  # hard share 1.0 >= 1/6: explore hard prompts less
+  alloc.start_step()  # hard share 1.0 >= 1/6: explore hard prompts less
   assert alloc.p_hard == pytest.approx(0.49) and alloc.p_easy == pytest.approx(0.51)
 
 
@@ -118,22 +119,22 @@ def test_allocator_state_round_trips_to_the_same_continuation():
   def run(alloc, steps):
     out = []
     for _ in range(steps):
-      alloc.new_batch_builder()
+      alloc.start_step()
       plan = alloc.next_plan()
       _feed(alloc, plan, reward)
       out.append(plan.query_index.tolist())
     return out
 
-  a = greso.GRESOAllocator(12, s, 16, seed=5)
+  a = GRESOAllocator(12, s, 16, seed=5)
   run(a, 7)
   state = a.state_dict()
   import json
-  b = greso.GRESOAllocator(12, s, 16, seed=5)
+  b = GRESOAllocator(12, s, 16, seed=5)
   b.load_state_dict(json.loads(json.dumps(state)))
   assert run(a, 9) == run(b, 9)
   assert (a.p_easy, a.p_hard, a.skipped_total) == (b.p_easy, b.p_hard, b.skipped_total)
   with pytest.raises(ValueError, match='seed'):
-    greso.GRESOAllocator(12, s, 16, seed=6).load_state_dict(state)
+    GRESOAllocator(12, s, 16, seed=6).load_state_dict(state)
 
 
 def test_make_allocator_builds_greso_from_the_config():
@@ -141,5 +142,5 @@ def test_make_allocator_builds_greso_from_the_config():
   c.method = 'greso'
   c.greso.p_hard_init = 0.7
   alloc = allocators.make_allocator(c, 100)
-  assert isinstance(alloc, greso.GRESOAllocator) and alloc.p_hard == 0.7
+  assert isinstance(alloc, GRESOAllocator) and alloc.p_hard == 0.7
   assert alloc.prompts_per_batch == c.train.rows_per_batch // c.greso.group_size

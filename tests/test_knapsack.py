@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sgpo_jax import allocators, knapsack
+from sgpo_jax.allocators.knapsack import KnapsackAllocator
 from sgpo_jax import default_config
 
 
@@ -70,7 +71,7 @@ def _feed(alloc, plan, success_by_query, rows):
 
 def test_allocator_sizes_follow_the_last_success_rates_within_one_static_batch():
   s = knapsack.KnapsackSettings(group_size=4, min_group_size=2, max_group_size=8)
-  alloc = knapsack.KnapsackAllocator(8, s, 16, seed=1)
+  alloc = KnapsackAllocator(8, s, 16, seed=1)
   first = alloc.next_plan()
   assert first.group_size.tolist() == [4, 4, 4, 4]  # prior 0.5 for all: the even split
   success = {0: 0.0, 1: 1.0, 2: 0.5, 3: 0.25, 4: 0.0, 5: 1.0, 6: 0.5, 7: 0.75}
@@ -87,10 +88,10 @@ def test_allocator_sizes_follow_the_last_success_rates_within_one_static_batch()
 def test_allocator_state_round_trips():
   s = knapsack.KnapsackSettings(group_size=4, min_group_size=2, max_group_size=8)
   success = {q: (q % 5) / 4 for q in range(10)}
-  a = knapsack.KnapsackAllocator(10, s, 16, seed=2)
+  a = KnapsackAllocator(10, s, 16, seed=2)
   for _ in range(3):
     _feed(a, a.next_plan(), success, 16)
-  b = knapsack.KnapsackAllocator(10, s, 16, seed=2)
+  b = KnapsackAllocator(10, s, 16, seed=2)
   b.load_state_dict(json.loads(json.dumps(a.state_dict())))
   for _ in range(4):
     pa, pb = a.next_plan(), b.next_plan()
@@ -105,7 +106,7 @@ def test_config_builds_knapsack_and_checks_its_settings():
   c = default_config.get_config()
   c.method = 'knapsack'
   alloc = allocators.make_allocator(c, 50)
-  assert isinstance(alloc, knapsack.KnapsackAllocator)
+  assert isinstance(alloc, KnapsackAllocator)
   c.knapsack.max_group_size = 4  # below group_size 8
   with pytest.raises(ValueError, match='max_group_size'):
     config_check.check_config(c)

@@ -1,5 +1,8 @@
 """Math reward: extraction, screening, equivalences, hard time bound, adversarial inputs."""
 
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -7,9 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sgpo_jax.data import Query
-from sgpo_jax.tasks import math_reward
-from sgpo_jax.tasks.math_reward import MathVerifier, extract_answer, screen_answer
+from sgpo_jax.query import Query
+from sgpo_jax.tasks import math_answer
+from sgpo_jax.tasks.math_answer import extract_answer, screen_answer
+from sgpo_jax.tasks.math_reward import MathVerifier
 
 # (completion, reference, expected reward)
 CASES = [
@@ -180,6 +184,8 @@ def test_extract_answer_without_fallback():
 @pytest.mark.parametrize('answer', [
     '9^{9^{9}}', '9**9**9', '9^9^9', '(10^{10})!', '2^{99999999}', '99999999!',
     r'\sum_{i=1}^{n} i', '(' * 20 + ')' * 20, 'x' * 300, '1}', '',
+    '(' * 12 + '1' + ')' * 12, '(' * 6 + '1' + ')' * 6, '(x+1)^{999}', 'x^{100}', 'x**31',
+    '(x+1)^{30}(x+2)^{31}', '1+' * 80 + '1',
 ])
 def test_screen_refuses(answer):
   assert screen_answer(answer) is not None
@@ -187,6 +193,8 @@ def test_screen_refuses(answer):
 
 @pytest.mark.parametrize('answer', [
     '42', r'\frac{1}{2}', 'x^2+1', '2^{10}', '5!', r'\sqrt{2}', r'\{1,2\}', r'50\%', 'x != 3',
+    '(' * 5 + '1' + ')' * 5, '2^{2023}', '(x+1)^{30}', r'\sqrt{\frac{\sqrt{2}}{2}}',
+    '1+' * 79 + '1',
 ])
 def test_screen_admits(answer):
   assert screen_answer(answer) is None
@@ -243,5 +251,41 @@ def test_random_and_adversarial_strings_never_raise_and_stay_fast(verifier, part
 def test_extraction_and_screening_never_raise(text):
   answer = extract_answer(text)
   if answer is not None:
-    screen_answer(math_reward.normalize_answer(answer))
-    math_reward.fast_verdict('1', math_reward.normalize_answer(answer))
+    screen_answer(math_answer.normalize_answer(answer))
+    math_answer.fast_verdict('1', math_answer.normalize_answer(answer))
+
+
+# The slowest answers of each kind the screen admits, and two it must refuse (the issue's
+# nesting-12 example, a degree-999 expansion); verdicts worked out by hand.
+HARD_PAIRS = [
+    ('The answer is ((((((((((((1))))))))))))', '1', 0),  # screened: nesting
+    (r'\boxed{(x+1)^{999}}', 'x+1', 0),  # screened: symbolic power
+    (r'\boxed{(((((1)))))}', '1', 1),
+    ('The answer is {{{{{1}}}}}', '1', 1),
+    (r'\boxed{(x+1)^{30}}', '(1+x)^{30}', 1),
+    (r'\boxed{(x+1)^{30}}', '(1+x)^{29}', 0),
+    (r'\boxed{(x+1)^{12}(x+2)^{12}}', '(x+2)^{12}(x+1)^{12}', 1),
+    (r'\boxed{' + '1+' * 79 + '1}', '80', 1),
+    (r'\boxed{' + 'x+' * 79 + 'x}', '80x', 1),
+    (r'\boxed{' + 'x+' * 79 + 'x}', '81x', 0),
+    (r'\boxed{2^{2023}}', '2^{2023}', 1),
+    (r'\boxed{\sqrt{\frac{\sqrt{2}}{2}}}', r'\sqrt{\frac{1}{\sqrt{2}}}', 1),
+]
+
+
+@pytest.mark.slow
+def test_verdicts_do_not_depend_on_machine_load():
+  """Same hard inputs, fresh (cold) workers, every core busy: the same verdicts each time."""
+  busy = [subprocess.Popen([sys.executable, '-c', 'while True: pass'])
+          for _ in range(os.cpu_count() or 1)]
+  try:
+    runs = []
+    for _ in range(2):
+      with MathVerifier(num_workers=1) as v:
+        runs.append(v.score([c for c, _, _ in HARD_PAIRS], [g for _, g, _ in HARD_PAIRS]).tolist())
+        assert v.stats['timeouts'] == 0 and v.stats['screened'] == 2
+  finally:
+    for proc in busy:
+      proc.kill()
+      proc.wait()
+  assert runs[0] == runs[1] == [float(r) for _, _, r in HARD_PAIRS]

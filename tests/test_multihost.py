@@ -20,8 +20,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING_KEYS = {'seconds', 'tokens_per_second'}
 DISTRIBUTED_ENV = ('JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES', 'JAX_PROCESS_ID',
-                   'SGPO_DISTRIBUTED', 'SGPO_TEST_SIGKILL_AFTER_STEP',
-                   'SGPO_TEST_SIGKILL_PROCESS')
+                   'SGPO_DISTRIBUTED')
 
 
 
@@ -53,9 +52,10 @@ def _single_process(args, devices=4):
                         capture_output=True, text=True, timeout=900)
 
 
-def _launch(args, processes=2, devices=2, **env):
+def _launch(args, processes=2, devices=2, module='sgpo_jax.main', **env):
   cmd = [sys.executable, '-m', 'sgpo_jax.launch', '--num-processes', str(processes),
-         '--devices-per-process', str(devices), '--grace-seconds', '5', '--', *args]
+         '--devices-per-process', str(devices), '--grace-seconds', '5', '--module', module,
+         '--', *args]
   return subprocess.run(cmd, cwd=REPO, env=_clean_env(**env), capture_output=True, text=True,
                         timeout=900)
 
@@ -222,7 +222,9 @@ def test_killed_process_stops_the_run_and_resume_matches(runs, tmp_path):
   # The warm start cached by the uninterrupted 2-process run: this also restores it collectively.
   args = _main_args(workdir, root / 'cache_two')
   start = time.time()
-  killed = _launch(args, SGPO_TEST_SIGKILL_AFTER_STEP='3', SGPO_TEST_SIGKILL_PROCESS='1')
+  # tests/sigkill_main.py: process 1 SIGKILLs itself after step 3 (the fault hook is test code).
+  killed = _launch(['--kill_after_step=3', '--kill_process=1', *args],
+                   module='tests.sigkill_main')
   assert killed.returncode != 0
   assert 'process 1 exited with status -9' in killed.stderr, killed.stderr[-3000:]
   assert time.time() - start < timings['two'] + 120  # the survivor was stopped, not awaited

@@ -28,7 +28,7 @@ def sgpo_cfg(**overrides):
 
 # -- group sizes -----------------------------------------------------------------------
 
-# papers.md with N = 8: 1/8 -> 8, 2/8 -> 4, 3/8..6/8 -> 2 (7/8, 8/8 are trivial, filtered
+# the sGPO paper (arXiv 2606.08854) with N = 8: 1/8 -> 8, 2/8 -> 4, 3/8..6/8 -> 2 (7/8, 8/8 are trivial, filtered
 # by allocate; the bucket rule alone gives them 2).
 PAPER_TABLE = {1: 8, 2: 4, 3: 2, 4: 2, 5: 2, 6: 2, 7: 2, 8: 2}
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sgpo_jax import default_config
 from sgpo_jax import tokenizer as tokenizer_lib
 from sgpo_jax.tokenizer import (UNKNOWN_CHAR, CharTokenizer, HFTokenizer, load_saved_tokenizer,
                                 load_tokenizer)
@@ -57,8 +58,7 @@ def test_char_save_load(tmp_path):
 
 
 def _tokenizer_config(**overrides) -> ml_collections.ConfigDict:
-  config = ml_collections.ConfigDict(
-      {'kind': 'char', 'path': '', 'chat_template': False, 'system_prompt': ''})
+  config = default_config.get_config().tokenizer  # every field, defaults from one place
   config.update(overrides)
   return config
 

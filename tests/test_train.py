@@ -97,7 +97,9 @@ def test_train_step_compiles_once_and_ledger_adds_up(sgpo_run):
   flops_total = [r['flops_total'] for r in rows]
   assert all(b > a for a, b in zip(flops_total, flops_total[1:]))
   f = summary['flops']
-  assert f['total'] == pytest.approx(f['profile'] + f['rollout'] + f['reference'] + f['train'])
+  assert f['total'] == pytest.approx(f['profile'] + f['rollout'] + f['reference'] +
+                                     f['old_logprob'] + f['train'])
+  assert f['old_logprob'] == 0.0  # train.mu = 1: the sampling log-probs are the old ones
   assert f['profile'] > 0 and f['rollout'] > 0 and f['train'] > 0
   assert flops_total[-1] == pytest.approx(f['total'])
 
@@ -115,9 +117,11 @@ def test_padding_fraction_is_masked_row_share(sgpo_run):
                                                                for r in rows]))
 
 
-def _run_main(workdir, extra_env=None, steps=6):
-  env = dict(os.environ, **(extra_env or {}))
-  cmd = [sys.executable, '-m', 'sgpo_jax.main', '--config', 'configs/default.py:runlocal=1',
+def _run_main(workdir, kill_after_step=None, steps=6):
+  # The killed run goes through tests/sigkill_main.py: the fault hook lives in the tests.
+  entry = (['tests.sigkill_main', f'--kill_after_step={kill_after_step}']
+           if kill_after_step is not None else ['sgpo_jax.main'])
+  cmd = [sys.executable, '-m', *entry, '--config', 'configs/default.py:runlocal=1',
          '--workdir', workdir, f'--config.train.num_steps={steps}',
          '--config.checkpoint.every_steps=2', '--config.eval.every_steps=3',
          '--config.data.num_train=96', '--config.data.num_eval=32',
@@ -125,14 +129,14 @@ def _run_main(workdir, extra_env=None, steps=6):
          '--config.grpo.group_size=4', '--config.warm_start.steps=20',
          '--config.model.n_layers=2', '--config.model.d_model=32', '--config.model.d_ff=64',
          '--config.model.head_dim=8']
-  return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+  return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
 
 
 @pytest.mark.slow
 def test_sigkill_and_resume_matches_uninterrupted(tmp_path):
   full = _run_main(str(tmp_path / 'full'))
   assert full.returncode == 0, full.stderr[-3000:]
-  killed = _run_main(str(tmp_path / 'killed'), {'SGPO_TEST_SIGKILL_AFTER_STEP': '3'})
+  killed = _run_main(str(tmp_path / 'killed'), kill_after_step=3)
   assert killed.returncode == -signal.SIGKILL
   # Step 3 was logged but not checkpointed (checkpoints at 2, 4, ...): resume redoes it.
   assert max(r['step'] for r in read_jsonl(str(tmp_path / 'killed' / 'metrics.jsonl'))) == 3

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax.data import Query
+from sgpo_jax.query import Query
 from sgpo_jax.tasks import arithmetic
 
 RewardFn = Callable[[list[str], list[Query]], np.ndarray]
@@ -32,9 +32,7 @@ def get_reward_fn(data_config: Any) -> RewardFn:
   if kind == 'math':
     from sgpo_jax.tasks import math_reward
 
-    get = getattr(data_config, 'get', None)
-    num_workers = get('math_workers', None) if get else None  # None: min(8, CPUs)
-    return math_reward.MathVerifier(num_workers=num_workers)
+    return math_reward.MathVerifier(num_workers=int(data_config.math_workers))
   raise ValueError(f'data.reward={kind!r} is not one of {REWARDS}')
 
 

@@ -22,21 +22,22 @@ What it does per RL batch (`fill_batch`), with the math in `bayes.py`:
 No curriculum: candidates are taken in profile order (the measured sGPO curriculum made the
 eval curve swing with its phases; see the README's results).
 
-The trainer's contract: `fill_batch(rollout_fn)` -> (plan, layout, rollout dict) or None;
-`rollout_fn(layout, round_index, category)` samples and scores every valid row and charges
-its FLOPs. `state_dict()` is JSON-serialisable and restores the exact continuation.
+Registered as `method=sgpo_bayes` (settings: config.sgpo_bayes). `fill_batch` calls the
+trainer's `rollout_fn` for every probe round (category 'profile') and once for the batch;
+the state dataclass round-trips through `state_dict()` (base.py), so resume is exact.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from sgpo_jax import bayes
+from sgpo_jax import bayes, config_check
 from sgpo_jax import sgpo as sgpo_lib
+from sgpo_jax.allocators.base import (Allocator, BatchPlan, FilledBatch, RolloutFn,
+                                      register_allocator)
 from sgpo_jax.sgpo import RowLayout
 
 _POOL_ORDER_STREAM = 0xBA7E5
@@ -66,30 +67,12 @@ class BayesSettings:
   revisit_step: float = 0.05
 
   def __post_init__(self) -> None:
-    bayes.check_beta(self.prior_alpha, self.prior_beta)
-    sizes = tuple(sorted({int(g) for g in self.group_sizes}))
-    if not sizes or sizes[0] < 2:
-      raise ValueError(f'sgpo_bayes.group_sizes={self.group_sizes} must be sizes >= 2 (a group of '
-                       '1 never has both a success and a failure)')
-    object.__setattr__(self, 'group_sizes', sizes)
-    if not 1 <= self.profile_min_samples <= self.profile_max_samples:
-      raise ValueError(f'need 1 <= sgpo_bayes.profile_min_samples ({self.profile_min_samples}) <= '
-                       f'sgpo_bayes.profile_max_samples ({self.profile_max_samples})')
-    if not 0.0 <= self.settle_low <= self.settle_high <= 1.0:
-      raise ValueError(f'need 0 <= sgpo_bayes.settle_low ({self.settle_low}) <= '
-                       f'sgpo_bayes.settle_high ({self.settle_high}) <= 1')
-    if not 0.0 <= self.evidence_decay <= 1.0:
-      raise ValueError(f'sgpo_bayes.evidence_decay={self.evidence_decay} must be in [0, 1]')
-    if self.window < 1:
-      raise ValueError(f'sgpo_bayes.window={self.window} must be >= 1')
-    bayes.revisit_probability(1, self.revisit_base, self.revisit_floor)  # range check
+    config_check.check_sgpo_bayes(dataclasses.asdict(self))
+    object.__setattr__(self, 'group_sizes', tuple(sorted({int(g) for g in self.group_sizes})))
 
   @classmethod
   def from_config(cls, section: Any = None) -> BayesSettings:
-    if section is None:
-      return cls()
-    get = section.get if hasattr(section, 'get') else lambda k, d: getattr(section, k, d)
-    values = {f.name: get(f.name, f.default) for f in dataclasses.fields(cls)}
+    values = config_check.section_values('sgpo_bayes', section)
     values['group_sizes'] = tuple(values['group_sizes'])
     return cls(**values)
 
@@ -117,13 +100,11 @@ class BayesState:
   revisits: int = 0
   revisits_back: int = 0
   steps: int = 0
+  probe_rounds: int = 0
 
 
-RolloutFn = Callable[[RowLayout, int, str], dict]
-
-
-class BayesAllocator:
-  kind = 'sgpo_bayes'
+@register_allocator('sgpo_bayes')
+class BayesAllocator(Allocator):
 
   def __init__(self, num_queries: int, rows_per_batch: int, settings: BayesSettings,
                seed: int = 0):
@@ -145,9 +126,10 @@ class BayesAllocator:
         served=np.zeros(q, bool), revisit_base=settings.revisit_base)
 
   @classmethod
-  def from_config(cls, config: Any, num_queries: int) -> BayesAllocator:
+  def from_config(cls, config: Any, num_queries: int, profile: Any = None) -> BayesAllocator:
+    del profile  # it profiles lazily itself, through rollout_fn
     return cls(num_queries, int(config.train.rows_per_batch),
-               BayesSettings.from_config(config.get('sgpo_bayes')), int(config.seed))
+               BayesSettings.from_config(config.sgpo_bayes), int(config.seed))
 
   # -- posterior ------------------------------------------------------------------------
 
@@ -190,10 +172,11 @@ class BayesAllocator:
   def _probe_round(self, rollout_fn: RolloutFn, round_index: int) -> None:
     """One generation-only rollout: one sample per in-flight prompt; settles some."""
     st = self.state
+    st.probe_rounds += 1
     take = st.in_flight[:self.rows_per_batch]
     layout = sgpo_lib.pack_rows(np.array(take, np.int64), np.ones(len(take), np.int64),
                                 self.rows_per_batch)
-    rewards_R = np.asarray(rollout_fn(layout, round_index, 'profile')['rewards'], np.float64)
+    rewards_R = np.asarray(rollout_fn(layout, round_index, 'profile').rewards_R, np.float64)
     success = np.clip(rewards_R[:len(take)], 0.0, 1.0)
     self._observe_samples(np.array(take), success, 1.0)  # same policy: no decay
     is_revisit = st.epoch > 0 and st.frontier >= self.num_queries
@@ -260,11 +243,12 @@ class BayesAllocator:
     st = self.state
     return [q for q in st.candidates if not st.served[q]]
 
-  def fill_batch(self, rollout_fn: RolloutFn) -> tuple[Any, RowLayout, dict]:
+  def fill_batch(self, rollout_fn: RolloutFn) -> FilledBatch:
     """Profiles / probes as needed, then plans, rolls out and observes one batch."""
     st, cfg = self.state, self.settings
     need = max(cfg.window, self.rows_per_batch // self.min_g)
     round_index = 1  # 0 is the training rollout's own key
+    probe_rounds_before = self.state.probe_rounds
     started = False
     while True:
       st.candidates = self._ready()
@@ -290,13 +274,15 @@ class BayesAllocator:
     if not g_P.any():  # every option below the floor of value: take the first at min G
       g_P[0] = self.min_g
     taken = g_P > 0
-    plan = BatchPlanLike(window[taken], g_P[taken].astype(np.int32), 'bayes')
-    layout = sgpo_lib.pack_rows(plan.query_index, plan.group_size, self.rows_per_batch)
+    plan = BatchPlan(window[taken], g_P[taken].astype(np.int32), 'bayes')
+    layout = plan.rows(self.rows_per_batch)
     rollout = rollout_fn(layout, 0, 'rollout')
-    self.observe(plan, rollout['rewards'], layout)
-    return plan, layout, rollout
+    self.observe(plan, rollout.rewards_R, layout)
+    probe_rounds = self.state.probe_rounds - probe_rounds_before
+    return FilledBatch('bayes', layout, rollout,
+                       {'rounds': probe_rounds + 1, 'profile_rounds': probe_rounds})
 
-  def observe(self, plan: BatchPlanLike, rewards_R: np.ndarray, layout: RowLayout) -> None:
+  def observe(self, plan: BatchPlan, rewards_R: np.ndarray, layout: RowLayout) -> None:
     st, cfg = self.state, self.settings
     rewards_R = np.clip(np.asarray(rewards_R, np.float64).reshape(-1), 0.0, 1.0)
     valid = np.flatnonzero(layout.valid_R)
@@ -332,49 +318,3 @@ class BayesAllocator:
         'deprioritised': int((st.status == DEPRIORITISED).sum()),
         'candidates': int((st.status == CANDIDATE).sum()),
     }
-
-  def state_dict(self) -> dict:
-    out = {'kind': self.kind, 'num_queries': self.num_queries, 'seed': self.seed}
-    for f in dataclasses.fields(self.state):
-      v = getattr(self.state, f.name)
-      out[f.name] = v.tolist() if isinstance(v, np.ndarray) else (
-          list(map(int, v)) if isinstance(v, list) else v)
-    return out
-
-  def load_state_dict(self, state: dict) -> None:
-    if state.get('kind') != self.kind:
-      raise ValueError(f"allocator state is for {state.get('kind')!r}, not {self.kind!r}; "
-                       'resume with the same config.method')
-    if state['num_queries'] != self.num_queries or state['seed'] != self.seed:
-      raise ValueError(f"allocator state has num_queries={state['num_queries']}, "
-                       f"seed={state['seed']} but this run has {self.num_queries}, "
-                       f'{self.seed}; resume with the same data and seed')
-    for f in dataclasses.fields(self.state):
-      cur = getattr(self.state, f.name)
-      saved = state[f.name]
-      if isinstance(cur, np.ndarray):
-        saved = np.asarray(saved, dtype=cur.dtype)
-      elif isinstance(cur, list):
-        saved = [int(x) for x in saved]
-      elif isinstance(cur, float):
-        saved = float(saved)
-      elif isinstance(cur, int):
-        saved = int(saved)
-      setattr(self.state, f.name, saved)
-
-
-@dataclasses.dataclass
-class BatchPlanLike:
-  """The prompts of one batch (same fields as allocators.BatchPlan)."""
-  query_index: np.ndarray
-  group_size: np.ndarray
-  phase: str
-  is_replay: np.ndarray | None = None
-
-  @property
-  def num_prompts(self) -> int:
-    return int(self.query_index.size)
-
-  @property
-  def num_rows(self) -> int:
-    return int(np.sum(self.group_size))

@@ -1,0 +1,50 @@
+"""Allocators: which prompts, at which group size, fill each RL batch, and how.
+
+Baselines are other allocators, not other trainers: the RL loop in `train.py` asks the
+allocator selected by `config.method` for each batch and never names a method.
+
+Interface (`base.py`):
+- `Allocator.from_config(config, num_queries, profile=None)` builds it; typed settings
+  (a frozen dataclass per config section) are validated once, by `config_check`.
+- `Allocator.fill_batch(rollout_fn) -> FilledBatch | None`: the allocator plans prompts
+  and group sizes, calls `rollout_fn(layout, round_index=None, category='rollout')` as
+  many times as it needs (DAPO: one call per generation round; a GRESO-style allocator
+  may call it for revisits, a Bayesian one for probes), and returns one batch (layout,
+  rollout, extra metric fields) or None when it is exhausted. Every row any call
+  generates is charged to the FLOPs ledger by the trainer, trained on or not.
+- `needs_profile = True`: the trainer profiles the pool first and passes the
+  `sgpo.Allocation` as `profile`.
+- `state_dict()` / `load_state_dict()`: identity + the fields of the allocator's `state`
+  dataclass, JSON round-trip, so resume is exact.
+- Plan-per-batch allocators subclass `PlanAllocator` and write only `next_plan()` (and
+  `observe()` if they learn from rewards). `EpochCursor` is the shuffled-epoch walk.
+
+Adding an allocator `foo`:
+1. `sgpo_jax/allocators/foo.py`: a settings dataclass (built with
+   `config_check.section_values('foo', config.foo)`), a state dataclass, and a class
+   decorated `@register_allocator('foo')` implementing `from_config` and `fill_batch`
+   (or `next_plan` on a `PlanAllocator`).
+2. One import line below (the registry line).
+3. Its config section `c.foo` in `default_config.py` and its range checks
+   (`check_foo`, listed in `SECTION_CHECKS`) in `config_check.py`.
+4. Tests in `tests/test_allocators.py` (plans, resume via `state_dict`).
+"""
+
+from sgpo_jax.allocators.base import (Allocator, BatchPlan, EpochCursor, FilledBatch,
+                                      PlanAllocator, Rollout, RolloutFn, allocator_class,
+                                      make_allocator, register_allocator, registered)
+# The registry: one line per allocator module.
+from sgpo_jax.allocators.grpo import GRPOAllocator, GRPOSettings  # noqa: I001
+from sgpo_jax.allocators.dapo import (DAPOAllocator, DAPOBatch, DAPOBatchBuilder,
+                                      DAPOSettings, dapo_keep_groups)
+from sgpo_jax.allocators.sgpo import SGPOAllocator
+from sgpo_jax.allocators.greso import GRESOAllocator
+from sgpo_jax.allocators.knapsack import KnapsackAllocator
+from sgpo_jax.allocators.sgpo_bayes import BayesAllocator, BayesSettings
+
+__all__ = [
+    'Allocator', 'BayesAllocator', 'BayesSettings', 'BatchPlan', 'DAPOAllocator', 'DAPOBatch', 'DAPOBatchBuilder', 'DAPOSettings',
+    'EpochCursor', 'FilledBatch', 'GRESOAllocator', 'GRPOAllocator', 'GRPOSettings',
+    'KnapsackAllocator', 'PlanAllocator', 'Rollout', 'RolloutFn', 'SGPOAllocator', 'allocator_class', 'dapo_keep_groups', 'make_allocator',
+    'register_allocator', 'registered',
+]

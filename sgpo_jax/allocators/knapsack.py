@@ -1,0 +1,71 @@
+"""Knapsack RL (arXiv 2509.25849) as an allocator: R/G prompts a step from GRPO's pool
+walk, each at the group size the knapsack solve gives it (the math: `sgpo_jax/knapsack.py`).
+
+p of a prompt = the mean clipped reward of its last rollout group (settings.prior_success
+before its first). One plan per step, at most R rows (padding where the solve and its
+fallback leave rows unused); sizes live only in the group ids, so the train step compiles
+once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from sgpo_jax import config_check
+from sgpo_jax import knapsack as rule
+from sgpo_jax.allocators.base import BatchPlan, EpochCursor, register_allocator
+from sgpo_jax.allocators.grpo import GRPOAllocator
+
+UNSEEN = -1.0  # success rate of a prompt never rolled out (JSON-safe, unlike NaN)
+
+
+@dataclasses.dataclass
+class KnapsackState:
+  walk: EpochCursor
+  success: np.ndarray  # [Q] float64: last group's success rate, UNSEEN before the first
+
+
+@register_allocator('knapsack')
+class KnapsackAllocator(GRPOAllocator):
+  """Knapsack-sized groups over GRPO's walk; see the module docstring."""
+
+  def __init__(self, num_queries: int, settings: rule.KnapsackSettings, rows_per_batch: int,
+               seed: int = 0):
+    if settings.max_group_size > rows_per_batch:
+      raise ValueError(f'knapsack.max_group_size={settings.max_group_size} exceeds '
+                       f'train.rows_per_batch={rows_per_batch}; lower it')
+    super().__init__(num_queries, settings.group_size, rows_per_batch, seed)
+    self.settings = settings
+    self.state = KnapsackState(EpochCursor(), np.full(self.num_queries, UNSEEN))
+
+  @classmethod
+  def from_config(cls, config: Any, num_queries: int, profile: Any = None
+                  ) -> KnapsackAllocator:
+    del profile
+    settings = rule.KnapsackSettings(**config_check.section_values('knapsack',
+                                                                   config.knapsack))
+    return cls(num_queries, settings, int(config.train.rows_per_batch), int(config.seed))
+
+  @property
+  def success(self) -> np.ndarray:
+    return np.where(self.state.success == UNSEEN, np.nan, self.state.success)
+
+  def success_estimate(self, query_index: np.ndarray) -> np.ndarray:
+    p = self.state.success[np.asarray(query_index, np.int64)]
+    return np.where(p == UNSEEN, self.settings.prior_success, p)
+
+  def next_plan(self) -> BatchPlan:
+    query_index = super().next_plan().query_index
+    sizes = rule.allocate(self.success_estimate(query_index), self.settings,
+                          self.rows_per_batch)
+    return BatchPlan(query_index, sizes.astype(np.int32), self.name)
+
+  def observe(self, plan: BatchPlan, rewards_R: np.ndarray, layout) -> None:
+    rewards_R = np.clip(np.asarray(rewards_R, dtype=np.float64).reshape(-1), 0.0, 1.0)
+    for p, q in enumerate(plan.query_index.tolist()):
+      rows = (layout.group_id_R == p) & layout.valid_R
+      if rows.any():
+        self.state.success[q] = float(rewards_R[rows].mean())

@@ -1,0 +1,18 @@
+"""`Query`: one training or eval problem (the type data loaders produce and tasks score).
+
+Its own module so `data` (loaders) and `tasks` (generators, rewards) both depend on it
+without depending on each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Query:
+  id: str
+  prompt: str
+  answer: str
+  difficulty: int | None = None
+  metadata: dict = dataclasses.field(default_factory=dict)

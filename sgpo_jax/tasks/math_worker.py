@@ -1,0 +1,108 @@
+"""The math-verify worker process and its line protocol.
+
+A worker is `python -c 'worker_main(parse_timeout, verify_timeout)'` in its own session
+(so the whole process group can be killed). Protocol: the parent writes one JSON line per
+batch, `[[index, gold, answer], ...]`; the worker answers one line `index verdict` (0/1) per
+item, in order, after a single `ready` line once math-verify is imported and warm. Stray
+library prints go to stderr so they cannot corrupt the protocol stream. `check_pair` is the
+check itself (also used in-process by `MathVerifier(num_workers=0)`).
+
+Scheduling, batching and the watchdog that kills a silent worker live in
+`math_reward.MathVerifier`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+
+def check_pair(gold: str, answer: str, gold_cache: dict, parse_timeout: int | None,
+                verify_timeout: int | None) -> bool:
+  import math_verify
+
+  def parse(text: str) -> list:
+    return math_verify.parse('\\boxed{' + text + '}', parsing_timeout=parse_timeout or None)
+
+  parsed_gold = gold_cache.get(gold)
+  if parsed_gold is None:
+    # An unparseable reference still matches the identical string.
+    parsed_gold = parse(gold) or [gold]
+    if len(gold_cache) > 100_000:
+      gold_cache.clear()
+    gold_cache[gold] = parsed_gold
+  parsed_answer = parse(answer)
+  if not parsed_answer:
+    return answer == gold
+  return bool(math_verify.verify(parsed_gold, parsed_answer,
+                                 timeout_seconds=verify_timeout or None))
+
+
+def worker_main(parse_timeout: int, verify_timeout: int) -> None:
+  """Worker loop: reads JSON batches on stdin, writes 'index verdict' lines, one per item."""
+  protocol_out = os.fdopen(os.dup(1), 'w', buffering=1)
+  os.dup2(2, 1)  # Stray prints from libraries must not corrupt the protocol stream.
+  for name in ('math_verify', 'latex2sympy2_extended'):
+    logging.getLogger(name).setLevel(logging.CRITICAL)
+  import math_verify  # noqa: F401  (import cost paid before 'ready')
+
+  gold_cache: dict = {}
+  check_pair('1', 'x+1', {}, None, None)  # sympy's lazy imports, also before 'ready'
+  protocol_out.write('ready\n')
+  for line in sys.stdin:
+    for index, gold, answer in json.loads(line):
+      try:
+        verdict = check_pair(gold, answer, gold_cache, parse_timeout, verify_timeout)
+      except Exception:  # noqa: BLE001  a failed check is a wrong answer, never a crash
+        verdict = False
+      protocol_out.write(f'{index} {int(verdict)}\n')
+
+
+class WorkerProcess:
+  """One worker subprocess and its line-buffered stdout."""
+
+  def __init__(self, parse_timeout: int, verify_timeout: int):
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env['PYTHONPATH'] = os.pathsep.join(p for p in (package_root, env.get('PYTHONPATH')) if p)
+    code = (f'from sgpo_jax.tasks.math_worker import worker_main; '
+            f'worker_main({parse_timeout}, {verify_timeout})')
+    self.proc = subprocess.Popen([sys.executable, '-c', code], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, env=env, start_new_session=True)
+    self.buffer = b''
+    self.ready = False
+    self.started = time.monotonic()
+
+  def fileno(self) -> int:
+    return self.proc.stdout.fileno()
+
+  def send(self, items: Sequence[tuple[int, str, str]]) -> None:
+    self.proc.stdin.write((json.dumps(list(items)) + '\n').encode())
+    self.proc.stdin.flush()
+
+  def read_lines(self) -> list[str] | None:
+    """Complete lines available now; None when the worker has exited."""
+    chunk = os.read(self.fileno(), 1 << 16)
+    if not chunk:
+      return None
+    self.buffer += chunk
+    *lines, self.buffer = self.buffer.split(b'\n')
+    return [line.decode() for line in lines]
+
+  def kill(self) -> None:
+    try:
+      os.killpg(self.proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+      pass
+    self.proc.wait()
+    for stream in (self.proc.stdin, self.proc.stdout):
+      try:
+        stream.close()
+      except OSError:
+        pass

@@ -1,0 +1,94 @@
+"""The package's import graph is acyclic, function-level imports included."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'sgpo_jax'
+
+
+def module_names() -> dict[str, pathlib.Path]:
+  names = {}
+  for path in PACKAGE.rglob('*.py'):
+    parts = path.relative_to(PACKAGE.parent).with_suffix('').parts
+    if parts[-1] == '__init__':
+      parts = parts[:-1]
+    names['.'.join(parts)] = path
+  return names
+
+
+def imported(module: str, path: pathlib.Path, known: set[str]) -> set[str]:
+  """sgpo_jax modules `module` imports anywhere in its body (functions included).
+
+  Importing a.b.c also runs a.b's and a's __init__: those count, except packages that
+  contain the importer (they are already initialised when it runs).
+  """
+  is_package = path.name == '__init__.py'
+  targets = set()
+  for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    if isinstance(node, ast.Import):
+      targets.update(alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      if node.level:  # relative: resolve against the importer's package
+        base = module.split('.') if is_package else module.split('.')[:-1]
+        base = base[:len(base) - node.level + 1]
+        prefix = '.'.join(base + ([node.module] if node.module else []))
+      else:
+        prefix = node.module or ''
+      targets.add(prefix)
+      targets.update(f'{prefix}.{alias.name}' for alias in node.names)
+  edges = set()
+  for target in targets:
+    parts = target.split('.')
+    for i in range(1, len(parts) + 1):
+      name = '.'.join(parts[:i])
+      inside = module == name or module.startswith(name + '.')
+      if name in known and not inside:
+        edges.add(name)
+  return edges
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+  state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+  stack: list[str] = []
+
+  def visit(node: str) -> list[str] | None:
+    state[node] = 1
+    stack.append(node)
+    for nxt in sorted(graph[node]):
+      if state.get(nxt) == 1:
+        return stack[stack.index(nxt):] + [nxt]
+      if nxt not in state:
+        found = visit(nxt)
+        if found:
+          return found
+    stack.pop()
+    state[node] = 2
+    return None
+
+  for node in sorted(graph):
+    if node not in state:
+      found = visit(node)
+      if found:
+        return found
+  return None
+
+
+def test_find_cycle_sees_function_level_and_package_init_imports(tmp_path):
+  graph = {'p.a': {'p.b'}, 'p.b': set(), 'p': set()}
+  assert find_cycle(graph) is None
+  graph['p.b'] = {'p.a'}
+  assert find_cycle(graph) == ['p.a', 'p.b', 'p.a']
+  src = tmp_path / 'm.py'
+  src.write_text('def f():\n  from sgpo_jax.tasks import arithmetic\n')
+  known = {'sgpo_jax', 'sgpo_jax.tasks', 'sgpo_jax.tasks.arithmetic', 'sgpo_jax.data'}
+  # sgpo_jax itself contains the importer (already initialised); sgpo_jax.tasks does not.
+  assert imported('sgpo_jax.data', src, known) == {'sgpo_jax.tasks', 'sgpo_jax.tasks.arithmetic'}
+
+
+def test_sgpo_jax_import_graph_is_acyclic():
+  names = module_names()
+  graph = {m: imported(m, p, set(names)) - {m} for m, p in names.items()}
+  assert len(graph) > 30
+  assert find_cycle(graph) is None, ' -> '.join(find_cycle(graph))

@@ -1,0 +1,119 @@
+"""Comparison regimes (default / paper_like / small_pool), the arithmetic difficulty mix and
+the eval's standard error. Cheap: no model is run."""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import pytest
+
+from sgpo_jax import config_check, default_config
+from sgpo_jax import evaluate as evaluate_lib
+from sgpo_jax import flops as flops_lib
+from sgpo_jax import model as model_lib
+from sgpo_jax.data import load_queries
+from sgpo_jax.tasks import arithmetic
+
+
+def test_accuracy_se_is_binomial():
+  assert evaluate_lib.accuracy_se(0.5, 2048) == pytest.approx(0.5 / math.sqrt(2048))
+  assert evaluate_lib.accuracy_se(0.9, 100) == pytest.approx(0.03)  # sqrt(.09 / 100)
+  assert evaluate_lib.accuracy_se(0.0, 10) == 0.0 == evaluate_lib.accuracy_se(1.0, 10)
+  # The worst case at the default eval size is just over one point; 0.6 is under it.
+  assert evaluate_lib.accuracy_se(0.6, default_config.get_config().data.num_eval) < 0.011
+  with pytest.raises(ValueError, match='n=0'):
+    evaluate_lib.accuracy_se(0.5, 0)
+  with pytest.raises(ValueError, match='accuracy=1.5'):
+    evaluate_lib.accuracy_se(1.5, 10)
+
+
+def test_level_counts_largest_remainder():
+  assert arithmetic.level_counts(10, (1, 1, 1, 1), 1, 4) == {1: 3, 2: 3, 3: 2, 4: 2}
+  assert arithmetic.level_counts(7, (0, 2, 1), 2, 4) == {2: 0, 3: 5, 4: 2}  # 4.67, 2.33
+  with pytest.raises(ValueError, match=r'difficulty_weights=\(1, 1\) must be 4'):
+    arithmetic.level_counts(10, (1, 1), 1, 4)
+  with pytest.raises(ValueError, match='non-negative'):
+    arithmetic.level_counts(10, (1, -1, 1, 1), 1, 4)
+
+
+def test_level_space_counts_problems_by_largest_operand():
+  assert arithmetic.level_space(1, 1) == 100  # 0..9 + 0..9
+  assert arithmetic.level_space(2, 1) == 100 ** 2 - 10 ** 2  # operands 0..99, not both < 10
+  assert arithmetic.level_space(2, 2) == 90 ** 2
+
+
+def test_mixed_pool_has_exactly_the_weighted_levels():
+  weights = (0.02, 0.5, 0.25, 0.23)
+  queries = arithmetic.generate_mixed_queries(1000, seed=5, weights=weights)
+  assert collections.Counter(q.difficulty for q in queries) == {1: 20, 2: 500, 3: 250, 4: 230}
+  assert len({q.prompt for q in queries}) == 1000
+  assert queries == arithmetic.generate_mixed_queries(1000, seed=5, weights=weights)
+  assert queries[:50] != sorted(queries[:50], key=lambda q: q.difficulty)  # levels shuffled
+  for q in queries:
+    operands = q.prompt[:-1].split('+')
+    assert max(len(x) for x in operands) == q.difficulty
+    assert int(q.answer) == sum(map(int, operands))
+
+
+def test_mixed_pool_names_the_level_that_runs_out():
+  with pytest.raises(ValueError, match='difficulty level 1 needs 101 distinct problems'):
+    arithmetic.generate_mixed_queries(101, seed=0, weights=(1, 0, 0, 0))
+
+
+def test_regime_args_select_named_blocks():
+  for regime in default_config.REGIMES:
+    for method in ('sgpo', 'grpo', 'dapo'):
+      c = default_config.get_config(f'regime={regime},method={method}')
+      config_check.check_config(c, num_devices=1)
+      assert c.regime == regime and c.method == method
+      assert c.train.flops_budget > 0 and c.data.rl_pool_size > 0
+  assert default_config.get_config().regime == ''
+  with pytest.raises(ValueError, match="regime='paperlike' is not one of"):
+    default_config.get_config('regime=paperlike')
+  with pytest.raises(ValueError, match=r"unknown config arg 'regim'"):
+    default_config.get_config('regim=default')
+
+
+def test_default_regime_shares_the_readme_runs_initial_policy():
+  from sgpo_jax import warm_start
+  readme = default_config.get_config()
+  for regime in ('default', 'small_pool'):
+    assert warm_start.cache_key(default_config.get_config(f'regime={regime}')) == \
+        warm_start.cache_key(readme)
+  # Every method of a regime starts from the same policy.
+  keys = {warm_start.cache_key(default_config.get_config(f'regime=paper_like,method={m}'))
+          for m in ('sgpo', 'grpo', 'dapo')}
+  assert len(keys) == 1
+
+
+def test_paper_like_pool_is_skewed_to_easy_levels():
+  c = default_config.get_config('regime=paper_like')
+  pool = load_queries(c.data, 'train', seed=c.data.seed)[:c.data.rl_pool_size]
+  evaluation = load_queries(c.data, 'test', seed=c.data.seed)
+  full = load_queries(c.data, 'train', seed=c.data.seed)
+  levels = range(c.data.min_digits, c.data.max_digits + 1)
+  expected = arithmetic.level_counts(len(full), c.data.difficulty_weights, c.data.min_digits,
+                                     c.data.max_digits)
+  assert collections.Counter(q.difficulty for q in full) == expected
+  assert collections.Counter(q.difficulty for q in evaluation) == arithmetic.level_counts(
+      len(evaluation), c.data.difficulty_weights, c.data.min_digits, c.data.max_digits)
+  # The RL prefix keeps the mix (the levels are shuffled together, not in blocks).
+  share = collections.Counter(q.difficulty for q in pool)
+  weights = dict(zip(levels, c.data.difficulty_weights))
+  for d in levels:
+    assert abs(share[d] / len(pool) - weights[d] / sum(weights.values())) < 0.06, (d, share)
+
+
+@pytest.mark.parametrize('regime', default_config.REGIMES)
+def test_regime_budget_lets_grpo_see_the_pool(regime):
+  """paper_like: GRPO sees every prompt >= 2 times within the budget even if every rollout
+  ran to max_new_tokens; the others: at least one epoch's worth."""
+  c = default_config.get_config(f'regime={regime},method=grpo')
+  step = flops_lib.rl_step_flops_bound(model_lib.ModelConfig.from_config(c.model),
+                                       c.train.rows_per_batch, c.sampling.max_prompt_len,
+                                       c.sampling.max_new_tokens, c.train.mu)
+  epochs = c.train.flops_budget / step * (c.train.rows_per_batch // c.grpo.group_size) \
+      / c.data.rl_pool_size
+  assert epochs >= (2.0 if regime == 'paper_like' else 1.0), epochs
+  assert c.data.num_eval >= 2048  # SE <= 1.1 points at any accuracy
