@@ -182,6 +182,49 @@ def check_schema(config: ml_collections.ConfigDict, schema: ml_collections.Confi
                        f'{type(default).__name__} like the default {default!r}.')
 
 
+def _choice(name: str, value: Any, choices: Any) -> None:
+  _require(value in choices, f'{name}={value!r} is not one of {tuple(choices)}.')
+
+
+def check_ranges(config: ml_collections.ConfigDict) -> None:
+  """Value ranges and choices of the non-allocator sections."""
+  from sgpo_jax import data, grpo, tasks  # the registries of names (no cycle: none imports us)
+  d, s, t, es = config.data, config.sampling, config.train, config.train.early_stop
+  _choice('data.source', d.source, data.SOURCES)
+  _choice('data.reward', d.reward, tasks.REWARDS)
+  _choice('data.bad_rows', d.bad_rows, ('error', 'skip'))
+  _choice('tokenizer.kind', config.tokenizer.kind, ('char', 'hf'))
+  _choice('train.schedule', t.schedule, ('constant', 'cosine'))
+  _choice('train.advantage', t.advantage, sorted(grpo.ADVANTAGE_ESTIMATORS))
+  _choice('train.loss_agg', t.loss_agg, sorted(grpo.LOSS_AGGREGATIONS))
+  _choice('train.kl_form', t.kl_form, sorted(grpo.KL_FORMS))
+  for name, value, low in (
+      ('sampling.max_prompt_len', s.max_prompt_len, 1),
+      ('sampling.max_new_tokens', s.max_new_tokens, 1),
+      ('sampling.top_k', s.top_k, 0),
+      ('train.num_steps', t.num_steps, 1), ('train.rows_per_batch', t.rows_per_batch, 1),
+      ('train.mu', t.mu, 1), ('train.warmup_steps', t.warmup_steps, 0),
+      ('train.logprob_chunk', t.logprob_chunk, 0),
+      ('profile.num_samples', config.profile.num_samples, 1),
+      ('eval.every_steps', config.eval.every_steps, 1), ('eval.pass_k', config.eval.pass_k, 0),
+      ('checkpoint.every_steps', config.checkpoint.every_steps, 1),
+      ('checkpoint.keep', config.checkpoint.keep, 1),
+      ('data.math_workers', d.math_workers, 0), ('data.rl_pool_size', d.rl_pool_size, 0),
+      ('train.flops_budget', t.flops_budget, 0), ('train.kl_coef', t.kl_coef, 0),
+      ('train.grad_clip', t.grad_clip, 0), ('train.weight_decay', t.weight_decay, 0),
+      ('train.std_eps', t.std_eps, 0), ('train.clip_eps_high', t.clip_eps_high, 0)):
+    _require(value >= low, f'{name}={value} must be >= {low}.')
+  _require(t.learning_rate > 0, f'train.learning_rate={t.learning_rate} must be > 0.')
+  _require(0 <= t.clip_eps_low < 1, f'train.clip_eps_low={t.clip_eps_low} must be in [0, 1).')
+  _require(0 < s.top_p <= 1, f'sampling.top_p={s.top_p} must be in (0, 1].')
+  _require(s.temperature >= 0, f'sampling.temperature={s.temperature} must be >= 0 (0 = greedy).')
+  _require(es.epsilon > 0, f'train.early_stop.epsilon={es.epsilon} must be > 0.')
+  _require(0 <= es.min_fraction <= 1,
+           f'train.early_stop.min_fraction={es.min_fraction} must be in [0, 1].')
+  _require(0 < es.confidence < 1,
+           f'train.early_stop.confidence={es.confidence} must be in (0, 1).')
+
+
 def check_config(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
   """Raises ValueError naming the field and the fix; call before building anything."""
   check_schema(config, default_config())
@@ -199,7 +242,7 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
       raise ValueError(f'sampling.{name}={s[name]} must be >= 1.')
   for name, check in SECTION_CHECKS.items():
     check(config[name])
-  check_group_sizes('sgpo', config.sgpo.group_sizes)
+  check_ranges(config)
   section = config[config.method]
   check_rows_per_batch(t.rows_per_batch, _group_sizes(section), config.method)
   if config.method == 'knapsack' and config.knapsack.max_group_size > t.rows_per_batch:
@@ -208,10 +251,6 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
   if t.micro_batches < 1 or t.rows_per_batch % t.micro_batches:
     raise ValueError(f'train.micro_batches={t.micro_batches} must divide train.rows_per_batch='
                      f'{t.rows_per_batch}.')
-  if t.mu < 1:
-    raise ValueError(f'train.mu={t.mu} must be >= 1.')
-  if config.profile.num_samples < 1:
-    raise ValueError(f'profile.num_samples={config.profile.num_samples} must be >= 1.')
   if num_devices is not None:
     from sgpo_jax import sharding  # jax-heavy: only when a device count is checked
     shape = sharding.resolve_mesh_shape(config.mesh.shape, config.mesh.axes, num_devices)

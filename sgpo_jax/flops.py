@@ -92,9 +92,9 @@ class FlopsLedger:
 
   Each category holds 'computed' (all rows, padding included) and 'useful' (the valid
   rows' share). `total` = profile + rollout + reference + old_logprob + train (computed);
-  eval is kept apart and not in total. Useful scales by valid_rows / rows: padded tokens inside a valid
-  row (left-padded prompts, tokens after EOS) count as computed and useful alike, because
-  the static-shape code does compute them.
+  eval is kept apart and not in total. Useful scales by valid_rows / rows: padded tokens
+  inside a valid row (left-padded prompts, tokens after EOS) count as computed and useful
+  alike, because the static-shape code does compute them.
   """
 
   def __init__(self, model_cfg: Any):

@@ -1,7 +1,8 @@
 """The run: the only place that sequences the stages.
 
     config -> task/data -> initial policy (HF checkpoint or cached warm start)
-           -> PROFILE (sgpo) -> ALLOCATE -> RL loop -> summary.json, report.md, plots/
+           -> PROFILE + ALLOCATE (allocators with needs_profile) -> RL loop
+           -> summary.json, report.md, plots/
 
 RL loop, per step: the allocator selected by config.method fills a batch (which prompts,
 what G, how many generation rounds) through `rollout_fn`, which samples, scores and
@@ -115,22 +116,18 @@ def run_profile(su: Setup, show_progress: bool = True) -> sgpo_lib.Allocation:
   """Profiles the pool under the initial policy (resumable) and allocates it."""
   config = su.config
   path = os.path.join(su.workdir, profile_lib.PROFILE_FILE)
+  allocator_cls = allocators_lib.allocator_class(config.method)
   profile = profile_lib.profile_queries(
       su.sampler, su.params, su.train_queries, su.tokenizer, su.reward_fn,
       num_samples=config.profile.num_samples, temperature=config.profile.temperature,
       seed=config.seed, path=path, ledger=su.ledger, show_progress=show_progress,
-      settled=_bucket_settled(config) if config.profile.early_stop else None)
+      settled=allocator_cls.profile_settled(config) if config.profile.early_stop else None)
   return allocate(su, profile)
 
 
-def _bucket_settled(config):
-  k = int(config.profile.num_samples)
-  settings = sgpo_lib.SGPOSettings.from_config(config.sgpo)
-  return lambda n_correct, n_drawn: sgpo_lib.bucket_settled(n_correct, n_drawn, k, settings)
-
-
 def allocate(su: Setup, profile: dict) -> sgpo_lib.Allocation:
-  allocation = sgpo_lib.allocate(profile, su.config.sgpo, su.config.seed)
+  """The allocator's allocation of `profile`; rewrites profile.jsonl with its fields."""
+  allocation = allocators_lib.allocator_class(su.config.method).allocate(su.config, profile)
   if sharding_lib.is_writer():
     path = os.path.join(su.workdir, profile_lib.PROFILE_FILE)
     sampled = profile_lib.read_profile(path)  # keep each query's FLOPs share for later runs

@@ -310,8 +310,18 @@ def test_make_allocator_dispatches_on_method():
       config, 12, profile={'n_correct': N_CORRECT, 'n_samples': 8})
   assert isinstance(sgpo_alloc, allocators.Allocator)
   assert sgpo_alloc.next_plan().phase == 'G2'
+  # The profile stage goes through the class too: train.py never names a method.
+  sgpo_cls = allocators.allocator_class('sgpo')
+  assert sgpo_cls.needs_profile and not allocators.allocator_class('grpo').needs_profile
+  allocation = sgpo_cls.allocate(config, {'n_correct': N_CORRECT, 'n_samples': 8})
+  assert allocation.summary() == sgpo.allocate(
+      sgpo.QueryProfile.from_counts(N_CORRECT, 8), config.sgpo, config.seed).summary()
+  settled = sgpo_cls.profile_settled(config)
+  assert settled(3, 5) and not settled(0, 7)  # 3..6 of 8 all give G=2; 0 vs 1 of 8 differ
+  assert allocators.allocator_class('dapo').profile_settled(config) is None
   config.method = 'ppo'
-  with pytest.raises(ValueError, match=r"config.method='ppo' is not one of \('dapo', 'greso', 'grpo', 'knapsack', 'sgpo'\)"):
+  with pytest.raises(ValueError, match=r"config.method='ppo' is not one of "
+                     r"\('dapo', 'greso', 'grpo', 'knapsack', 'sgpo', 'sgpo_bayes'\)"):
     allocators.make_allocator(config, 12)
 
 

@@ -157,10 +157,19 @@ def test_every_config_file_uses_the_strict_parser():
     ('sgpo.rounding', 'sideways', "sgpo.rounding='sideways' is not one of"),
     ('sgpo.prior_eps', 0.0, 'sgpo.prior_eps=0.0 must be > 0'),
     ('dapo.max_rounds', 0, 'dapo.max_rounds=0 must be >= 1'),
+    ('grpo.group_size', 0, 'grpo.group_size=0 must be >= 1'),
+    ('train.schedule', 'linear', "train.schedule='linear' is not one of"),
+    ('train.loss_agg', 'sum', "train.loss_agg='sum' is not one of"),
+    ('sampling.top_p', 0.0, r'sampling.top_p=0.0 must be in \(0, 1\]'),
+    ('eval.every_steps', 0, 'eval.every_steps=0 must be >= 1'),
+    ('train.early_stop.confidence', 1.0, r'train.early_stop.confidence=1.0 must be in \(0, 1\)'),
 ])
-def test_allocator_range_checks_live_in_config_check(field, value, message):
+def test_range_checks_live_in_config_check(field, value, message):
   c = default_config.get_config()
-  section, key = field.split('.')
-  c[section][key] = value
+  *sections, key = field.split('.')
+  section = c
+  for name in sections:
+    section = section[name]
+  section[key] = value
   with pytest.raises(ValueError, match=message):
     config_check.check_config(c)

@@ -12,8 +12,10 @@ Interface (`base.py`):
   may call it for revisits, a Bayesian one for probes), and returns one batch (layout,
   rollout, extra metric fields) or None when it is exhausted. Every row any call
   generates is charged to the FLOPs ledger by the trainer, trained on or not.
-- `needs_profile = True`: the trainer profiles the pool first and passes the
-  `sgpo.Allocation` as `profile`.
+- `needs_profile = True`: the trainer profiles the pool first (stopping a query's sampling
+  early when `profile_settled(config)` says so and profile.early_stop is on), turns the
+  counts into an `sgpo.Allocation` with `allocate(config, profile)` (checkpointed, written
+  to profile.jsonl) and passes it to `from_config` as `profile`.
 - `state_dict()` / `load_state_dict()`: identity + the fields of the allocator's `state`
   dataclass, JSON round-trip, so resume is exact.
 - Plan-per-batch allocators subclass `PlanAllocator` and write only `next_plan()` (and

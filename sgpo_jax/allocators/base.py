@@ -141,6 +141,17 @@ class Allocator(abc.ABC):
   state: Any  # a dataclass instance: all mutable progress
 
   @classmethod
+  def allocate(cls, config: Any, profile: Any) -> sgpo.Allocation:
+    """needs_profile allocators: the allocation of a profile (what `profile` becomes)."""
+    raise NotImplementedError(f'allocator {cls.name!r} does not use a profile')
+
+  @classmethod
+  def profile_settled(cls, config: Any) -> Callable[[int, int], bool] | None:
+    """needs_profile allocators: `settled(n_correct, n_drawn)` for profile.early_stop, i.e.
+    True once more samples of a query cannot change what the allocation does with it."""
+    return None
+
+  @classmethod
   @abc.abstractmethod
   def from_config(cls, config: Any, num_queries: int, profile: Any = None) -> Allocator:
     """Builds the allocator from the run config (its typed settings validated here)."""

@@ -204,9 +204,8 @@ class DAPOAllocator(GRPOAllocator):
 
   def __init__(self, num_queries: int, group_size: int, rows_per_batch: int,
                max_rounds: int, seed: int = 0):
+    DAPOSettings(group_size=group_size, max_rounds=max_rounds)  # range-checked there
     super().__init__(num_queries, group_size, rows_per_batch, seed)
-    if max_rounds < 1:
-      raise ValueError(f'dapo.max_rounds={max_rounds} must be >= 1')
     self.max_rounds = int(max_rounds)
 
   @classmethod

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -120,17 +121,25 @@ class SGPOAllocator(PlanAllocator):
     return replay_prompts, max(sizes)
 
   @classmethod
+  def allocate(cls, config: Any, profile: Any) -> Allocation:
+    return sgpo_lib.allocate(profile, SGPOSettings.from_config(config.sgpo), int(config.seed))
+
+  @classmethod
+  def profile_settled(cls, config: Any) -> Callable[[int, int], bool]:
+    k = int(config.profile.num_samples)
+    settings = SGPOSettings.from_config(config.sgpo)
+    return lambda n_correct, n_drawn: sgpo_lib.bucket_settled(n_correct, n_drawn, k, settings)
+
+  @classmethod
   def from_config(cls, config: Any, num_queries: int, profile: Any = None) -> SGPOAllocator:
     """`profile`: an `sgpo.Allocation`, or anything `sgpo.allocate` accepts (allocated
     with config.sgpo and config.seed)."""
     if profile is None:
       raise ValueError('method=sgpo needs the profile (p_hat per query); profile the '
                        'initial policy first and pass it to make_allocator')
-    settings = SGPOSettings.from_config(config.sgpo)
-    seed = int(config.seed)
-    allocation = (profile if isinstance(profile, Allocation)
-                  else sgpo_lib.allocate(profile, settings, seed))
-    return cls(allocation, settings, int(config.train.rows_per_batch), seed, num_queries)
+    allocation = profile if isinstance(profile, Allocation) else cls.allocate(config, profile)
+    return cls(allocation, SGPOSettings.from_config(config.sgpo),
+               int(config.train.rows_per_batch), int(config.seed), num_queries)
 
   # -- phases --------------------------------------------------------------------------
 
