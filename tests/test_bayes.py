@@ -44,8 +44,8 @@ def test_update_posterior_decays_evidence_not_prior():
     bayes.update_posterior(1.0, 1.0, 0, 0, 0.5, 0.5, decay=1.5)
 
 
-PROFILE = dict(prior_alpha=0.5, prior_beta=0.5, group_size=4, settle_high=0.6, settle_low=0.35,
-               min_samples=1, max_samples=4)
+PROFILE = {'prior_alpha': 0.5, 'prior_beta': 0.5, 'group_size': 4, 'settle_high': 0.6,
+           'settle_low': 0.35, 'min_samples': 1, 'max_samples': 4}
 
 
 @pytest.mark.parametrize('n_correct,n_drawn,expected', [
@@ -63,11 +63,11 @@ def test_profile_decision_on_hand_made_counts(n_correct, n_drawn, expected):
 
 def test_profile_decision_stops_at_max_samples_undecided():
   # settle_low below every reachable value: three equal outcomes stay undecided at max 3.
-  kw = dict(PROFILE, settle_low=0.1, max_samples=3)
+  kw = {**PROFILE, 'settle_low': 0.1, 'max_samples': 3}
   assert bayes.profile_decision(3, 3, **kw) == 'undecided'
-  assert bayes.profile_decision(1, 2, **dict(kw, min_samples=3)) == 'sample'
+  assert bayes.profile_decision(1, 2, **{**kw, 'min_samples': 3}) == 'sample'
   with pytest.raises(ValueError, match='profile_min_samples'):
-    bayes.profile_decision(0, 1, **dict(PROFILE, min_samples=5))
+    bayes.profile_decision(0, 1, **{**PROFILE, 'min_samples': 5})
 
 
 def test_choose_group_sizes_greedy_by_value_per_row():

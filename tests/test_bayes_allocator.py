@@ -8,8 +8,7 @@ import pytest
 
 from sgpo_jax import allocators, default_config
 from sgpo_jax.allocators import Rollout
-from sgpo_jax.allocators.sgpo_bayes import (CANDIDATE, DEPRIORITISED, BayesAllocator,
-                                            BayesSettings)
+from sgpo_jax.allocators.sgpo_bayes import CANDIDATE, DEPRIORITISED, BayesAllocator, BayesSettings
 
 TRIVIAL, UNSOLVED, COIN = 'trivial', 'unsolved', 'coin'
 

@@ -36,8 +36,13 @@ import numpy as np
 
 from sgpo_jax import bayes, config_check
 from sgpo_jax import sgpo as sgpo_lib
-from sgpo_jax.allocators.base import (Allocator, BatchPlan, FilledBatch, RolloutFn,
-                                      register_allocator)
+from sgpo_jax.allocators.base import (
+  Allocator,
+  BatchPlan,
+  FilledBatch,
+  RolloutFn,
+  register_allocator,
+)
 from sgpo_jax.sgpo import RowLayout
 
 _POOL_ORDER_STREAM = 0xBA7E5
