@@ -295,7 +295,7 @@ def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = '
             'reached_fraction': float(np.mean(np.isfinite(boot['flops'][arm]))),
             'per_seed': [_finite(first_reach(grid, c, target)) for c in curves[arm]]},
         'final_accuracy': {'mean': float(fin.mean()),
-                           'std': float(fin.std(ddof=1)) if fin.size > 1 else 0.0,
+                           'std': float(fin.std(ddof=1)) if fin.size > 1 else None,
                            'per_seed': fin.tolist()},
         # Binomial standard error of one final eval (num_eval problems), seed mean.
         'eval_se': float(np.mean(np.sqrt(fin * (1 - fin) / num_eval))) if num_eval else None,

@@ -165,8 +165,15 @@ def render(results: dict[str, Any]) -> str:
   return '\n'.join(lines)
 
 
-def sft_probe(regime: str, every: int, pool_limit: int, steps: int = 0, lr: float = 0.0) -> None:
-  """Prints greedy accuracy and pool trivial / unsolved along one warm-start trajectory."""
+def sft_probe(regime: str, every: int, pool_limit: int, steps: int = 0, lr: float = 0.0,
+              save_dir: str = '', first: int = 0, eval_only: bool = False) -> None:
+  """Prints greedy accuracy and pool trivial / unsolved along one warm-start trajectory.
+
+  With save_dir, the policy at every probe point is also stored in that warm-start cache
+  under the key of `warm_start.steps = <that step>` (SFT with a constant learning rate is a
+  prefix of a longer run: the same batches in the same order), so the chosen step count is
+  already cached for the comparison runs.
+  """
   from sgpo_jax import data as data_lib
   from sgpo_jax import model as model_lib
   from sgpo_jax import sharding as sharding_lib
@@ -197,7 +204,16 @@ def sft_probe(regime: str, every: int, pool_limit: int, steps: int = 0, lr: floa
   tmp = f'/tmp/sft_probe_{os.getpid()}.jsonl'
 
   def callback(step, p):
+    if step < first:
+      return
+    if save_dir:
+      save_snapshot(config, p, step, save_dir, time.time() - start)
     ev = evaluate_lib.evaluate(sampler, p, eval_q, tok, reward_fn, jax.random.key(0))
+    if eval_only:
+      print(f"step {step}: eval {ev['eval_accuracy']:.3f} " + ' '.join(
+          f'{k[len("eval_accuracy_"):]}:{v:.2f}' for k, v in ev.items()
+          if k.startswith('eval_accuracy_d')) + f' ({time.time() - start:.0f} s)', flush=True)
+      return
     if os.path.exists(tmp):
       os.remove(tmp)
     prof = profile_lib.profile_queries(sampler, p, pool, tok, reward_fn, num_samples=8,
@@ -213,6 +229,24 @@ def sft_probe(regime: str, every: int, pool_limit: int, steps: int = 0, lr: floa
                show_progress=False, callback=callback, callback_every=every)
 
 
+def save_snapshot(config, params, step: int, cache_root: str, seconds: float) -> None:
+  """Stores `params` as the cached warm start of `config` with warm_start.steps = step."""
+  import orbax.checkpoint as ocp
+
+  from sgpo_jax import warm_start as ws
+  snap = config.copy_and_resolve_references()
+  snap.warm_start.steps = step
+  path = os.path.abspath(os.path.join(cache_root, ws.cache_key(snap)))
+  if os.path.exists(os.path.join(path, 'info.json')):
+    return
+  checkpointer = ocp.StandardCheckpointer()
+  checkpointer.save(os.path.join(path, 'params'), params, force=True)
+  checkpointer.wait_until_finished()
+  with open(os.path.join(path, 'info.json'), 'w') as f:
+    json.dump({'source': 'warm_start', 'steps': step, 'final_loss': None, 'seconds': seconds,
+               'path': path, 'cached': False, 'snapshot_of_probe': True}, f)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--regimes', default=','.join(default_config.REGIMES))
@@ -225,10 +259,13 @@ def main() -> None:
   parser.add_argument('--probe-pool', type=int, default=0, help='queries profiled per probe')
   parser.add_argument('--probe-steps', type=int, default=0, help='SFT steps (0: the config)')
   parser.add_argument('--probe-lr', type=float, default=0.0, help='SFT lr (0: the config)')
+  parser.add_argument('--probe-save', default='', help='warm-start cache dir for snapshots')
+  parser.add_argument('--probe-first', type=int, default=0, help='first SFT step probed')
+  parser.add_argument('--probe-eval-only', action='store_true', help='no pool profile')
   args = parser.parse_args()
   if args.sft_probe:
     sft_probe(args.sft_probe, args.probe_every, args.probe_pool, args.probe_steps,
-              args.probe_lr)
+              args.probe_lr, args.probe_save, args.probe_first, args.probe_eval_only)
     return
   regimes = [r for r in args.regimes.split(',') if r]
   json_path = os.path.join(args.results_dir, 'regime_histograms.json')

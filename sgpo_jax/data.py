@@ -327,3 +327,39 @@ def load_queries(data_config: Any, split: str, seed: int = 0, tokenizer: Any = N
   result = QueryList(queries)
   result.report = report
   return result
+
+
+def rl_pool(queries: list[Query], data_config: Any) -> list[Query]:
+  """The queries RL profiles and trains on, chosen from the (warm-start) pool `queries`.
+
+  data.rl_pool_size = 0: all of them; > 0 with data.rl_difficulty_weights = (): the first
+  rl_pool_size; with weights (one per difficulty level min_digits..max_digits): exactly
+  `level_counts(rl_pool_size, weights)` queries of each level, the first ones of that level
+  in pool order, kept in pool order. Raises ValueError naming the level that runs short.
+  """
+  size = int(data_config.rl_pool_size)
+  weights = tuple(data_config.get('rl_difficulty_weights', ()) or ())
+  if not size:
+    if weights:
+      raise ValueError(f'data.rl_difficulty_weights={weights} needs data.rl_pool_size > 0')
+    return list(queries)
+  if size > len(queries):
+    raise ValueError(f'data.rl_pool_size={size} > the {len(queries)} queries of the pool; '
+                     'lower rl_pool_size or raise num_train')
+  if not weights:
+    return list(queries[:size])
+  from sgpo_jax.tasks import arithmetic
+  counts = arithmetic.level_counts(size, weights, data_config.min_digits, data_config.max_digits)
+  taken = dict.fromkeys(counts, 0)
+  chosen = []
+  for q in queries:
+    if q.difficulty in counts and taken[q.difficulty] < counts[q.difficulty]:
+      taken[q.difficulty] += 1
+      chosen.append(q)
+  short = {d: (taken[d], n) for d, n in counts.items() if taken[d] < n}
+  if short:
+    d, (have, need) = next(iter(short.items()))
+    raise ValueError(f'data.rl_difficulty_weights={weights}: level {d} needs {need} queries '
+                     f'of the {data_config.rl_pool_size}-query RL pool but the pool has {have}; '
+                     'lower that weight or rl_pool_size, or raise num_train')
+  return chosen

@@ -56,6 +56,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data.bad_rows = 'error'  # error | skip
   c.data.num_train = 4096  # arithmetic: training pool size (large: sGPO overfits a small one)
   c.data.rl_pool_size = 0  # >0: profile and train RL on the first this-many queries only
+  # with rl_pool_size > 0: one weight per difficulty level -> a stratified RL pool (first
+  # queries of each level); () = the prefix. The warm start still sees the whole pool.
+  c.data.rl_difficulty_weights = ()
   c.data.num_eval = 2048  # arithmetic: held-out eval problems (disjoint from train; SE <= 1.1 pt)
   c.data.min_digits = 1  # arithmetic difficulty knob: digits per operand
   c.data.max_digits = 4
@@ -240,12 +243,14 @@ def apply_regime(c: ml_collections.ConfigDict, regime: str) -> None:
   c.train.num_steps = 100_000
   c.train.rows_per_batch = 64
   c.checkpoint.every_steps = 100_000
-  c.eval.every_steps = 8
+  c.eval.every_steps = 12  # ~12 evals per run: a 2048-problem eval costs ~6 GRPO steps
   if regime == 'default':
     c.data.rl_pool_size = 1024
     c.train.flops_budget = 1.5e12
   elif regime == 'paper_like':
-    c.data.difficulty_weights = (0.01, 0.49, 0.25, 0.25)
+    # The default's pool and SFT trajectory, trained longer; RL on a pool skewed to easy levels.
+    c.warm_start.steps = 1600
+    c.data.rl_difficulty_weights = (0.04, 0.36, 0.35, 0.25)
     c.data.rl_pool_size = 512
     c.train.flops_budget = 1.5e12
   elif regime == 'small_pool':

@@ -101,8 +101,9 @@ def setup(config, workdir: str, show_progress: bool = True) -> Setup:
   reward_fn = tasks.get_reward_fn(config.data)
   params, shardings, init_info = warm_start_lib.initial_policy(
       config, model_cfg, mesh, tokenizer, train_queries, workdir, show_progress)
-  if config.data.rl_pool_size:  # RL and profiling on a prefix; the warm start saw it all
-    train_queries = train_queries[:config.data.rl_pool_size]
+  # RL and profiling on a prefix (or a difficulty-stratified selection); the warm start saw
+  # the whole pool.
+  train_queries = data_lib.rl_pool(train_queries, config.data)
   sampler = Sampler(model_cfg, mesh, shardings, rows=config.train.rows_per_batch,
                     max_prompt_len=s.max_prompt_len, max_new_tokens=s.max_new_tokens,
                     stop_ids=tokenizer.stop_token_ids, pad_id=tokenizer.pad_id,

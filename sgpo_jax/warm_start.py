@@ -32,6 +32,7 @@ def cache_key(config) -> str:
   relevant = {k: config[k].to_dict() for k in ('model', 'data', 'warm_start', 'tokenizer')}
   relevant['warm_start'].pop('cache_dir', None)
   relevant['data'].pop('rl_pool_size', None)  # SFT always sees the whole pool
+  relevant['data'].pop('rl_difficulty_weights', None)
   blob = json.dumps(relevant, sort_keys=True, default=str)
   return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

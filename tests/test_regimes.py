@@ -9,6 +9,7 @@ import math
 import pytest
 
 from sgpo_jax import config_check, default_config
+from sgpo_jax import data as data_lib
 from sgpo_jax import evaluate as evaluate_lib
 from sgpo_jax import flops as flops_lib
 from sgpo_jax import model as model_lib
@@ -71,16 +72,17 @@ def test_regime_args_select_named_blocks():
   assert default_config.get_config().regime == ''
   with pytest.raises(ValueError, match="regime='paperlike' is not one of"):
     default_config.get_config('regime=paperlike')
-  with pytest.raises(ValueError, match=r"unknown config arg 'regim'"):
+  with pytest.raises(ValueError, match="unknown config arg 'regim'"):
     default_config.get_config('regim=default')
 
 
 def test_default_regime_shares_the_readme_runs_initial_policy():
   from sgpo_jax import warm_start
   readme = default_config.get_config()
-  for regime in ('default', 'small_pool'):
-    assert warm_start.cache_key(default_config.get_config(f'regime={regime}')) == \
-        warm_start.cache_key(readme)
+  for regime in default_config.REGIMES:
+    c = default_config.get_config(f'regime={regime}')
+    c.warm_start.steps = readme.warm_start.steps  # paper_like: the same SFT, run longer
+    assert warm_start.cache_key(c) == warm_start.cache_key(readme), regime
   # Every method of a regime starts from the same policy.
   keys = {warm_start.cache_key(default_config.get_config(f'regime=paper_like,method={m}'))
           for m in ('sgpo', 'grpo', 'dapo')}
@@ -89,20 +91,33 @@ def test_default_regime_shares_the_readme_runs_initial_policy():
 
 def test_paper_like_pool_is_skewed_to_easy_levels():
   c = default_config.get_config('regime=paper_like')
-  pool = load_queries(c.data, 'train', seed=c.data.seed)[:c.data.rl_pool_size]
-  evaluation = load_queries(c.data, 'test', seed=c.data.seed)
   full = load_queries(c.data, 'train', seed=c.data.seed)
-  levels = range(c.data.min_digits, c.data.max_digits + 1)
-  expected = arithmetic.level_counts(len(full), c.data.difficulty_weights, c.data.min_digits,
-                                     c.data.max_digits)
-  assert collections.Counter(q.difficulty for q in full) == expected
-  assert collections.Counter(q.difficulty for q in evaluation) == arithmetic.level_counts(
-      len(evaluation), c.data.difficulty_weights, c.data.min_digits, c.data.max_digits)
-  # The RL prefix keeps the mix (the levels are shuffled together, not in blocks).
-  share = collections.Counter(q.difficulty for q in pool)
-  weights = dict(zip(levels, c.data.difficulty_weights))
-  for d in levels:
-    assert abs(share[d] / len(pool) - weights[d] / sum(weights.values())) < 0.06, (d, share)
+  pool = data_lib.rl_pool(full, c.data)
+  expected = arithmetic.level_counts(c.data.rl_pool_size, c.data.rl_difficulty_weights,
+                                     c.data.min_digits, c.data.max_digits)
+  assert collections.Counter(q.difficulty for q in pool) == expected
+  # The first queries of each level, in pool order.
+  for d, n in expected.items():
+    assert [q for q in pool if q.difficulty == d] == [q for q in full if q.difficulty == d][:n]
+  assert [full.index(q) for q in pool] == sorted(full.index(q) for q in pool)
+  # The pool the warm start sees is the default's: uniform digits, so d4 dominates it.
+  levels = collections.Counter(q.difficulty for q in full)
+  assert levels[4] > levels[3] > levels[2] > levels[1]
+
+
+def test_rl_pool_prefix_and_errors():
+  c = default_config.get_config()
+  queries = arithmetic.generate_queries(200, seed=1)
+  c.data.rl_pool_size = 0
+  assert data_lib.rl_pool(queries, c.data) == queries
+  c.data.rl_pool_size = 50
+  assert data_lib.rl_pool(queries, c.data) == queries[:50]
+  c.data.rl_difficulty_weights = (1, 0, 0, 0)
+  with pytest.raises(ValueError, match='level 1 needs 50 queries .* the pool has'):
+    data_lib.rl_pool(queries, c.data)
+  c.data.rl_pool_size = 500
+  with pytest.raises(ValueError, match='rl_pool_size=500 > the 200 queries'):
+    data_lib.rl_pool(queries, c.data)
 
 
 @pytest.mark.parametrize('regime', default_config.REGIMES)
