@@ -145,13 +145,22 @@ def choose_group_sizes(a_P, b_P, group_sizes: Sequence[int], rows: int,
   return np.array([0 if lvl < 0 else sizes[lvl] for lvl in level_P], dtype=np.int32)
 
 
-def revisit_probability(skips: int | np.ndarray, base: float, floor: float) -> np.ndarray:
-  """GRESO-style: a deprioritised prompt is revisited in an epoch with probability
-  max(base**skips, floor), skips = consecutive all-equal observations (>= 1)."""
+def revisit_probability(skips: int | np.ndarray, base: float, floor: float,
+                        pool_passes: float = 1.0) -> np.ndarray:
+  """GRESO-style: a deprioritised prompt is revisited with probability max(base**skips,
+  floor) per pass over the pool (skips = consecutive all-equal observations, >= 1).
+
+  pool_passes: how much training happened since the last draw, in pool passes (prompt visits
+  / pool size); the probability for that stretch is 1 - (1 - p)**pool_passes, so a run whose
+  epochs over a few learnable prompts are short does not probe the rest every few steps.
+  """
   if not 0.0 <= floor <= base <= 1.0:
     raise ValueError(f'need 0 <= sgpo_bayes.revisit_floor ({floor}) <= sgpo_bayes.revisit_base '
                      f'({base}) <= 1')
-  return np.maximum(base ** np.maximum(_as_float(skips), 1.0), floor)
+  if pool_passes < 0:
+    raise ValueError(f'pool_passes={pool_passes} must be >= 0')
+  per_pass = np.maximum(base ** np.maximum(_as_float(skips), 1.0), floor)
+  return 1.0 - (1.0 - per_pass) ** pool_passes
 
 
 def adapt_revisit_base(base: float, informative_share: float, target: float, step: float,

@@ -97,3 +97,10 @@ def test_revisit_probability_and_adaptation():
       pytest.approx(0.02)
   with pytest.raises(ValueError, match='revisit_floor'):
     bayes.revisit_probability(1, base=0.1, floor=0.2)
+
+
+def test_revisit_probability_scales_with_pool_passes():
+  # Per pass p = 0.25; half a pass: 1 - 0.75 ** 0.5; no training since the last draw: 0.
+  np.testing.assert_allclose(bayes.revisit_probability(1, 0.25, 0.02, pool_passes=0.5),
+                             1 - 0.75 ** 0.5)
+  assert bayes.revisit_probability(1, 0.25, 0.02, pool_passes=0.0) == 0.0

@@ -142,3 +142,20 @@ def test_make_allocator_builds_it_from_the_config():
   alloc = allocators.make_allocator(c, 64)
   assert isinstance(alloc, BayesAllocator)
   assert alloc.settings.group_sizes == (4, 8) and alloc.rows_per_batch == 128
+
+
+def test_short_epoch_tops_up_with_fewest_skips_not_the_whole_pool():
+  alloc = make(num_queries=32, rows=16)  # window 8: a batch wants 8 candidates
+  st = alloc.state
+  st.frontier = 32
+  st.status[:] = DEPRIORITISED
+  st.skips[:] = 3
+  st.status[[0, 1]] = CANDIDATE
+  st.skips[[0, 1]] = 0
+  st.skips[10:16] = 1  # the six most recently informative deprioritised prompts
+  st.epoch = 1
+  st.visits_since_draw = 0  # no training since the last draw: no random revisits
+  alloc._start_epoch()
+  assert sorted(st.candidates) == [0, 1]
+  assert sorted(st.in_flight) == list(range(10, 16))  # 8 - 2 candidates, fewest skips
+  assert st.revisits == 6 and st.visits_since_draw == 0

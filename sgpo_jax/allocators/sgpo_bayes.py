@@ -106,6 +106,7 @@ class BayesState:
   revisits_back: int = 0
   steps: int = 0
   probe_rounds: int = 0
+  visits_since_draw: int = 0  # prompt visits trained since the last revisit draw
 
 
 @register_allocator('sgpo_bayes')
@@ -214,10 +215,11 @@ class BayesAllocator(Allocator):
 
   def _start_epoch(self) -> None:
     st, cfg = self.state, self.settings
+    passes = min(st.visits_since_draw / self.num_queries, 1.0)
     if st.epoch > 0 and st.revisits:
       share = st.revisits_back / st.revisits
       st.revisit_base = bayes.adapt_revisit_base(st.revisit_base, share, cfg.revisit_target,
-                                                 cfg.revisit_step, cfg.revisit_floor)
+                                                 cfg.revisit_step * passes, cfg.revisit_floor)
     st.epoch += 1
     st.served[:] = False
     active = np.flatnonzero(st.status == CANDIDATE)
@@ -225,13 +227,22 @@ class BayesAllocator(Allocator):
     order = {int(q): i for i, q in enumerate(self.pool_order)}
     st.candidates = sorted(active.tolist(), key=order.__getitem__)
     low = np.flatnonzero(st.status == DEPRIORITISED)
+    st.visits_since_draw = 0
     if low.size:
-      p_R = bayes.revisit_probability(st.skips[low], st.revisit_base, cfg.revisit_floor)
+      p_R = bayes.revisit_probability(st.skips[low], st.revisit_base, cfg.revisit_floor,
+                                      passes)
       rng = np.random.default_rng(np.random.SeedSequence([self.seed, _REVISIT_STREAM,
                                                           st.epoch]))
-      drawn = low[rng.random(low.size) < p_R]
-      if not st.candidates and not drawn.size:
-        drawn = low  # nothing else left to learn from: probe every deprioritised prompt
+      u_R = rng.random(low.size)
+      drawn = low[u_R < p_R]
+      need = self._need()
+      if len(st.candidates) + drawn.size < need:
+        # Too little to fill a batch: probe the most promising of the rest as well (fewest
+        # consecutive all-equal observations, then the draw's order), not the whole pool.
+        rest = np.lexsort((u_R, st.skips[low]))
+        extra = [q for q in low[rest].tolist() if q not in set(drawn.tolist())]
+        drawn = np.concatenate([drawn, np.array(extra[:need - len(st.candidates) - drawn.size],
+                                                np.int64)]).astype(np.int64)
       if drawn.size:  # the policy has moved since their evidence: decay it once
         st.alpha[drawn], st.beta[drawn] = bayes.update_posterior(
             st.alpha[drawn], st.beta[drawn], 0.0, 0.0, cfg.prior_alpha, cfg.prior_beta,
@@ -244,6 +255,10 @@ class BayesAllocator(Allocator):
 
   # -- one batch -------------------------------------------------------------------------
 
+  def _need(self) -> int:
+    """Candidates a batch's G choice wants to look at."""
+    return max(self.settings.window, self.rows_per_batch // self.min_g)
+
   def _ready(self) -> list[int]:
     st = self.state
     return [q for q in st.candidates if not st.served[q]]
@@ -251,7 +266,7 @@ class BayesAllocator(Allocator):
   def fill_batch(self, rollout_fn: RolloutFn) -> FilledBatch:
     """Profiles / probes as needed, then plans, rolls out and observes one batch."""
     st, cfg = self.state, self.settings
-    need = max(cfg.window, self.rows_per_batch // self.min_g)
+    need = self._need()
     round_index = 1  # 0 is the training rollout's own key
     probe_rounds_before = self.state.probe_rounds
     started = False
@@ -307,6 +322,7 @@ class BayesAllocator(Allocator):
         st.skips[q] = max(int(st.skips[q]), 1)
     st.candidates = [q for q in st.candidates if q not in served]
     st.steps += 1
+    st.visits_since_draw += plan.num_prompts
 
   # -- reports and resume ----------------------------------------------------------------
 
