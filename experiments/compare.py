@@ -320,6 +320,7 @@ def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = '
                   'undefined_fraction': float(np.mean(np.isnan(reps)))}
       else:
         a[key] = {'point': None, 'ci95': None, 'undefined_fraction': None}
+    a.update(batch_diagnostics(runs[arm]))
     if s[0].get('profile'):
       a['profile'] = s[0]['profile']
     out_arms[arm] = a
@@ -331,6 +332,33 @@ def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = '
           'reference_learned': bool(target > initial),
           'target_ci95': interval(boot['target']),
           'grid_flops': grid.tolist(), 'flops_budget': budget, 'arms': out_arms}
+
+
+def batch_diagnostics(workdirs: list[str]) -> dict[str, Any]:
+  """Seed means of what the batches looked like: the share of rolled-out groups with
+  all-equal rewards (trained on for single-round methods; dropped by DAPO/GRESO), rounds
+  per step, and GRESO's share of candidate prompts skipped before rollout."""
+  zero, rounds, skip = [], [], []
+  for w in workdirs:
+    with open(os.path.join(w, 'metrics.jsonl')) as f:
+      rows = [r for r in map(json.loads, f) if 'reward_mean' in r]
+    if not rows:
+      continue
+    rounds.append(float(np.mean([r.get('rounds', 1) for r in rows])))
+    if 'dapo_dropped_groups' in rows[0]:
+      dropped = sum(r['dapo_dropped_groups'] for r in rows)
+      zero.append(dropped / max(dropped + sum(r['dapo_kept_groups'] for r in rows), 1))
+    else:
+      zero.append(float(np.mean([r.get('frac_zero_std', np.nan) for r in rows])))
+    if 'greso_skipped' in rows[0]:
+      with open(os.path.join(w, 'config.json')) as f:
+        config = json.load(f)
+      per_round = config['train']['rows_per_batch'] // config['greso']['group_size']
+      skipped = sum(r['greso_skipped'] for r in rows)
+      skip.append(skipped / max(skipped + per_round * sum(r['rounds'] for r in rows), 1))
+  mean = lambda xs: float(np.nanmean(xs)) if xs else None  # noqa: E731
+  return {'zero_variance_share': mean(zero), 'rounds_mean': mean(rounds),
+          'greso_skip_share': mean(skip)}
 
 
 def _rl_wall(summary: dict[str, Any]) -> float:
@@ -507,6 +535,16 @@ def render(results: dict[str, Any]) -> str:
           f"{_ci(rg['ci95'], _x)} | {_x(rd['point'])} {_ci(rd['ci95'], _x)} | "
           f"{_pct(a['auc'])} | {a['flops_profile_mean']:.2g} | "
           f"{a['wall_seconds']['mean']:.0f} ({'n/a' if wr is None else f'{wr:.2f}'}) |")
+    diag = []
+    for arm, a in block['arms'].items():
+      d = f"{arm} {_pct(a.get('zero_variance_share'))}%"
+      if a.get('rounds_mean') and a['rounds_mean'] > 1.0001:
+        d += f" ({a['rounds_mean']:.2f} rounds/step)"
+      if a.get('greso_skip_share') is not None:
+        d += f", {_pct(a['greso_skip_share'])}% of candidates skipped before rollout"
+      diag.append(d)
+    lines += ['', 'All-equal-reward groups among those rolled out (trained on by GRPO, sGPO and '
+              'Knapsack; dropped and refilled by DAPO and GRESO): ' + '; '.join(diag) + '.']
     lines += ['', 'Arms: ' + '; '.join(f'`{a}` = {ARM_NOTES.get(a, a)}'
                                        for a in block['arms']) + '.', '',
               f'![{name}](plots/compare_{name}.png)', '']

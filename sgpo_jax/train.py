@@ -414,8 +414,10 @@ def run(config, workdir: str, stop_after: str | None = None, show_progress: bool
   if config.dry_run:
     config_check.check_config(config)
     return dry_run_lib.dry_run(config)
+  wall_start = time.time()
   su = setup(config, workdir, show_progress)
   rs = restore_or_init(su, show_progress)
+  rs.wall_start = wall_start  # wall time counts setup (warm start, profiling) too
   if stop_after == 'profile':
     rs.ckpt.close()
     return {'profile': None if rs.allocation is None else rs.allocation.summary()}

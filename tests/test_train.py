@@ -224,8 +224,12 @@ def test_early_stop_option_stops_the_loop_and_records_why(tmp_path, monkeypatch)
   config = tiny_run_config('grpo', num_steps=8)
   config.grpo.group_size = 4
   config.train.early_stop.enabled = True
+  config.train.mu = 2  # also: the old-log-prob recompute is booked as its own category
   summary = train.run(config, str(tmp_path), show_progress=False)
   assert summary['steps'] == 3
+  f = summary['flops']
+  # one [R, T] forward per step, i.e. a third of one of the mu=2 train passes (3x forward)
+  assert f['reference'] == 0.0 and f['old_logprob'] == pytest.approx(f['train'] / 6)
   assert summary['stop_reason'] == 'early stop at step 3: plateau 0.50 reached'
   last = read_jsonl(str(tmp_path / 'metrics.jsonl'))[-1]
   assert last['early_stop_reason'] == 'plateau 0.50 reached'
