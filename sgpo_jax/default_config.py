@@ -6,7 +6,8 @@ Runs end to end on a 2-core CPU in about ten minutes, no downloads:
 
     python -m sgpo_jax.main --config configs/default.py --workdir /tmp/sgpo_default
 
-Variants (big_vision style arg string): `configs/default.py:method=grpo,runlocal=1`
+Variants (arg string, parsed strictly by `config_args.parse_arg`; an unknown key is an
+error): `configs/default.py:method=grpo,runlocal=1`
   method=sgpo|grpo|dapo|greso|knapsack|sgpo_bayes   which allocator drives the RL loop
   regime=NAME             a comparison regime (REGIMES below): pool, initial policy, FLOPs
                           budget, rows per batch, eval size and cadence for one comparison run
