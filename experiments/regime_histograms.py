@@ -61,20 +61,26 @@ def pool_profile(n_correct_Q: np.ndarray, n_samples_Q: np.ndarray, difficulty_Q:
   }
 
 
-def regime_config(regime: str, cache_dir: str):
+def regime_config(regime: str, cache_dir: str, overrides: dict[str, Any] | None = None):
   config = default_config.get_config(f'regime={regime}')
   config.warm_start.cache_dir = cache_dir
+  for key, value in (overrides or {}).items():
+    section, field = key.split('.')
+    config[section][field] = value
   return config
 
 
-def profile_regime(regime: str, cache_dir: str, runs_dir: str) -> dict[str, Any]:
+def profile_regime(regime: str, cache_dir: str, runs_dir: str,
+                   overrides: dict[str, Any] | None = None) -> dict[str, Any]:
   from sgpo_jax import train as train_lib
-  config = regime_config(regime, cache_dir)
+  config = regime_config(regime, cache_dir, overrides)
   workdir = os.path.join(runs_dir, regime)
   start = time.time()
   su = train_lib.setup(config, workdir, show_progress=False)
   setup_seconds = time.time() - start
   path = os.path.join(workdir, profile_lib.PROFILE_FILE)
+  if os.path.exists(path):  # always profile the current config's pool afresh
+    os.remove(path)
   start = time.time()
   prof = profile_lib.profile_queries(
       su.sampler, su.params, su.train_queries, su.tokenizer, su.reward_fn,
@@ -97,6 +103,8 @@ def profile_regime(regime: str, cache_dir: str, runs_dir: str) -> dict[str, Any]
       eval_by_difficulty={k[len('eval_accuracy_d'):]: v for k, v in ev.items()
                           if k.startswith('eval_accuracy_d')},
       difficulty_weights=list(config.data.difficulty_weights),
+      rl_difficulty_weights=list(config.data.rl_difficulty_weights),
+      warm_start_steps=int(config.warm_start.steps),
       warm_start=su.init_info, pool_size=pool, flops_budget=budget,
       rows_per_batch=int(config.train.rows_per_batch), eval_every_steps=int(config.eval.every_steps),
       profile_flops=su.ledger.total, grpo_step_flops=grpo_step_flops,
@@ -144,12 +152,14 @@ def render(results: dict[str, Any]) -> str:
            'trivial = p̂ > 0.75 (dropped by sGPO), unsolved = p̂ = 0 (0 of k samples '
            'correct). GRPO epochs = how many times GRPO (G=8) sees each pool prompt within '
            'the regime\'s FLOPs budget (a lower bound: steps are sized at full-length rollouts).', '',
-           '| regime | pool | difficulty weights | initial greedy acc % (± SE) | trivial | '
+           '| regime | SFT steps | RL pool | RL pool difficulty weights (d1..d4) | '
+           'initial greedy acc % (± SE) | trivial | '
            'unsolved | histogram (0/k..k/k) | budget FLOPs | GRPO steps | GRPO epochs | '
-           'profile FLOPs |', '|---|---|---|---|---|---|---|---|---|---|---|']
+           'profile FLOPs |', '|---|---|---|---|---|---|---|---|---|---|---|---|']
   for name, r in results['regimes'].items():
     lines.append(
-        f"| {name} | {r['pool_size']} | {tuple(r['difficulty_weights']) or 'uniform digits'} | "
+        f"| {name} | {r['warm_start_steps']} | {r['pool_size']} | "
+        f"{tuple(r['rl_difficulty_weights']) or 'prefix (uniform digits)'} | "
         f"{100 * r['eval_accuracy']:.1f} ± {100 * r['eval_accuracy_se']:.1f} "
         f"(n={r['num_eval']}) | {r['trivial_fraction']:.1%} | {r['unsolved_fraction']:.1%} | "
         f"{r['histogram']} | {r['flops_budget']:.3g} | {r['grpo_steps_in_budget']:.0f} | "
@@ -254,6 +264,9 @@ def main() -> None:
                       help='shared warm-start cache (the comparison runs reuse it)')
   parser.add_argument('--runs-dir', default=os.path.join(REPO, 'runs', 'regime_histograms'))
   parser.add_argument('--results-dir', default=RESULTS)
+  parser.add_argument('--set', action='append', default=[],
+                      help="exploration only: 'section.field=python literal' for every regime "
+                      '(results then go to --results-dir, keep it out of experiments/results)')
   parser.add_argument('--sft-probe', default='', help='regime: print the SFT trajectory only')
   parser.add_argument('--probe-every', type=int, default=100)
   parser.add_argument('--probe-pool', type=int, default=0, help='queries profiled per probe')
@@ -273,8 +286,11 @@ def main() -> None:
   if os.path.exists(json_path):
     with open(json_path) as f:
       results = json.load(f)
+  import ast
+  overrides = {kv.split('=', 1)[0]: ast.literal_eval(kv.split('=', 1)[1]) for kv in args.set}
   for regime in regimes:
-    r = profile_regime(regime, args.cache_dir, args.runs_dir)
+    r = profile_regime(regime, args.cache_dir, args.runs_dir, overrides)
+    r['overrides'] = {k: str(v) for k, v in overrides.items()}
     r['trivial_threshold'] = default_config.get_config(f'regime={regime}').sgpo.trivial_threshold
     results['regimes'][regime] = r
     print(f"{regime}: trivial {r['trivial_fraction']:.3f} unsolved {r['unsolved_fraction']:.3f} "

@@ -114,6 +114,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.warm_start.steps = 1500
   c.warm_start.batch_size = 64
   c.warm_start.learning_rate = 1e-3
+  c.warm_start.schedule = 'constant'  # constant | cosine (decay to 0 over `steps`)
   c.warm_start.cache_dir = ''  # '' = <workdir>/warm_start; shared dir to reuse across runs
 
   c.profile = ml_collections.ConfigDict()
@@ -127,7 +128,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sgpo.group_sizes = (2, 4, 8)
   c.sgpo.rounding = 'down'  # down | up | nearest power of two of 1/p_hat
   c.sgpo.clip = True  # clip G into [min, max] of group_sizes
-  c.sgpo.curriculum = True  # phases in increasing G; False = shuffled mix
+  c.sgpo.curriculum = False  # True: phases in increasing G (the paper; eval swings per phase)
   c.sgpo.phase_epochs = 1.0  # epochs over each phase's cluster
   c.sgpo.phase_plateau_window = 0  # >0: end a phase when train reward plateaus over this many steps
   c.sgpo.phase_plateau_delta = 0.01
@@ -187,7 +188,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.knapsack.fallback = True  # rows the solve leaves unused go to never-solved prompts
 
   c.train = ml_collections.ConfigDict()
-  c.train.num_steps = 150
+  c.train.num_steps = 300
   c.train.flops_budget = 0.0  # >0: stop once cumulative FLOPs (profiling included) reach it
   c.train.rows_per_batch = 128  # R: rows per RL batch, a multiple of every group size
   c.train.learning_rate = 2e-4
@@ -218,7 +219,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.checkpoint.async_save = False
 
   c.eval = ml_collections.ConfigDict()
-  c.eval.every_steps = 10
+  c.eval.every_steps = 25
   c.eval.pass_k = 0  # >0: also pass@k at temperature sampling.temperature
 
   if args['regime']:
@@ -250,7 +251,7 @@ def apply_regime(c: ml_collections.ConfigDict, regime: str) -> None:
     c.train.flops_budget = 1.5e12
   elif regime == 'paper_like':
     # The default's pool and SFT trajectory, trained longer; RL on a pool skewed to easy levels.
-    c.warm_start.steps = 1600
+    c.warm_start.steps = 1500
     c.data.rl_difficulty_weights = (0.04, 0.36, 0.35, 0.25)
     c.data.rl_pool_size = 512
     c.train.flops_budget = 1.5e12

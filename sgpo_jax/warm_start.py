@@ -31,8 +31,15 @@ from sgpo_jax import tasks
 def cache_key(config) -> str:
   relevant = {k: config[k].to_dict() for k in ('model', 'data', 'warm_start', 'tokenizer')}
   relevant['warm_start'].pop('cache_dir', None)
+  if relevant['warm_start'].get('schedule', 'constant') == 'constant':
+    relevant['warm_start'].pop('schedule', None)  # keys of constant-lr caches stay as they were
   relevant['data'].pop('rl_pool_size', None)  # SFT always sees the whole pool
   relevant['data'].pop('rl_difficulty_weights', None)
+  data = config.data
+  if data.source == 'arithmetic' and data.num_eval > 512:
+    # Pools drawn with an eval set past the excluded core (tasks/arithmetic.py EVAL_CORE)
+    # differ from those of earlier versions, which drew the pool around the whole eval set.
+    relevant['eval_core'] = 512
   blob = json.dumps(relevant, sort_keys=True, default=str)
   return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -66,7 +73,13 @@ def train_sft(cfg: model_lib.ModelConfig, params, shardings, mesh, examples, ws_
   """
   tokens_NxT, mask_NxT, loss_mask_NxT1 = examples
   model = model_lib.Transformer(cfg)
-  optimizer = optax.adamw(float(ws_config.learning_rate))
+  lr = float(ws_config.learning_rate)
+  schedule = ws_config.get('schedule', 'constant') if hasattr(ws_config, 'get') else 'constant'
+  if schedule == 'cosine':  # decays to 0 at the last step: the policy settles
+    lr = optax.cosine_decay_schedule(lr, max(int(ws_config.steps), 1))
+  elif schedule != 'constant':
+    raise ValueError(f"warm_start.schedule={schedule!r} is not 'constant' or 'cosine'")
+  optimizer = optax.adamw(lr)
   opt_state = sharding_lib.init_optimizer_state(optimizer, params)
   state_shardings = jax.tree.map(lambda x: x.sharding, (params, opt_state))
   b2 = sharding_lib.batch_sharding(mesh, 2)

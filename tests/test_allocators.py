@@ -304,6 +304,7 @@ def test_make_allocator_dispatches_on_method():
   dapo = allocators.make_allocator(default_config('method=dapo'), num_queries=100)
   assert isinstance(dapo, allocators.DAPOAllocator) and dapo.max_rounds == 4
   config = default_config()
+  config.sgpo.curriculum = True  # the default is the shuffled mix
   with pytest.raises(ValueError, match='needs the profile'):
     allocators.make_allocator(config, 12)
   sgpo_alloc = allocators.make_allocator(

@@ -285,3 +285,17 @@ def test_fill_phase_tail_tops_up_the_last_batch_of_a_phase():
       assert len({int(q) for p in plans for q in p.query_index}) == 19
   assert max(out[False]) > 0  # the G2 phase's 20 rows leave a half-empty second batch
   assert sum(out[True]) < sum(out[False])
+
+
+def test_runs_of_another_regime_definition_are_left_out(tmp_path):
+  base = {'data': {'num_eval': 2048}, 'model': {}, 'warm_start': {'steps': 1500, 'cache_dir': 'a'},
+          'train': {'flops_budget': 1e12, 'rows_per_batch': 64}, 'eval': {'every_steps': 12}}
+  moved = json.loads(json.dumps(base))
+  moved['data']['num_eval'] = 512  # an older definition of the same regime
+  for name, config in (('grpo_seed0', base), ('dapo_seed0', dict(base, warm_start={
+      'steps': 1500, 'cache_dir': 'b'})), ('dapo_seed1', moved)):
+    path = tmp_path / 'r' / name
+    _fake_run(str(path), 0, [0.0, 1e12], [0.2, 0.3])
+    (path / 'config.json').write_text(json.dumps(config))
+  runs = compare.finished_runs(str(tmp_path), 'r', ['grpo', 'dapo'], [0, 1], log=lambda m: None)
+  assert [os.path.basename(w) for w in runs['dapo']] == ['dapo_seed0']  # cache_dir may differ

@@ -132,3 +132,32 @@ def test_regime_budget_lets_grpo_see_the_pool(regime):
       / c.data.rl_pool_size
   assert epochs >= (2.0 if regime == 'paper_like' else 1.0), epochs
   assert c.data.num_eval >= 2048  # SE <= 1.1 points at any accuracy
+
+
+def test_warm_start_schedule_keys_its_own_cache():
+  from sgpo_jax import warm_start
+  c = default_config.get_config()
+  constant = warm_start.cache_key(c)
+  del c.warm_start['schedule']  # caches made before the field existed keep their key
+  assert warm_start.cache_key(c) == constant
+  c = default_config.get_config()
+  c.warm_start.schedule = 'cosine'
+  assert warm_start.cache_key(c) != constant
+
+
+def test_pool_does_not_move_when_the_eval_set_grows():
+  train_512, eval_512 = arithmetic.train_eval_queries(3000, 512, seed=0)
+  train_2048, eval_2048 = arithmetic.train_eval_queries(3000, 2048, seed=0)
+  assert train_2048 == train_512  # so the warm start SFT on it is the same
+  assert eval_2048[:512] == eval_512
+  prompts = [q.prompt for q in eval_2048]
+  assert len(set(prompts)) == 2048
+  assert not set(prompts) & {q.prompt for q in train_2048}
+
+
+def test_cache_key_marks_pools_drawn_around_a_large_eval_set():
+  from sgpo_jax import warm_start
+  c = default_config.get_config()
+  big = warm_start.cache_key(c)
+  c.data.num_eval = 512
+  assert warm_start.cache_key(c) != big  # 512: the key every earlier version computed

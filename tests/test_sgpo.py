@@ -135,6 +135,7 @@ def test_allocate_paper_defaults():
 
 def test_allocate_accepts_default_config_and_p_hat_array():
   cfg = default_config().sgpo
+  cfg.curriculum = True  # the default is the shuffled mix; the paper's phases on request
   alloc = sgpo.allocate(np.array(N_CORRECT) / 8, cfg, seed=0)
   assert [p.name for p in alloc.phases] == ['G2', 'G4', 'G8']
   assert sorted(alloc.phases[0].query_index[:4].tolist()) == [3, 4, 5, 6]

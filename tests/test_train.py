@@ -35,6 +35,7 @@ def tiny_run_config(method: str = 'sgpo', **train_overrides):
   c.sgpo.unsolved_keep_fraction = 1.0  # a random tiny policy solves little: keep it all
   c.sgpo.trivial_threshold = 0.99
   c.sgpo.fill_phase_tail = False  # keep padded phase tails: the padding tests need them
+  c.sgpo.curriculum = True  # the phase-crossing tests need G2 -> G4 -> G8 phases
   for k, v in train_overrides.items():
     c.train[k] = v
   return c

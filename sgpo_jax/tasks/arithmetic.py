@@ -172,13 +172,22 @@ def stream_seed(seed: int, stream: int) -> int:
   return int(np.random.SeedSequence([seed, stream]).generate_state(2, np.uint64)[0] >> 1)
 
 
+# The first EVAL_CORE eval problems are the ones the training pool excludes; the rest of
+# the eval set is drawn afterwards, excluding the pool. So the pool (and the warm start SFT
+# on it) does not move when num_eval grows past EVAL_CORE.
+EVAL_CORE = 512
+_EVAL_EXTRA_STREAM = 2
+
+
 def train_eval_queries(num_train: int, num_eval: int, seed: int, min_digits: int = 1,
                        max_digits: int = 4, num_operands: int = 2,
                        difficulty_weights: tuple[float, ...] | list[float] = ()
                        ) -> tuple[list[Query], list[Query]]:
-  """Disjoint (train, eval) sets: eval drawn first, train excludes eval prompts.
+  """Disjoint (train, eval) sets.
 
-  Non-empty `difficulty_weights` give both sets the same difficulty mix
+  The first min(num_eval, EVAL_CORE) eval problems are drawn first and the train pool
+  excludes them; the remaining eval problems are drawn last, excluding the pool and the
+  core. Non-empty `difficulty_weights` give every set the same difficulty mix
   (`generate_mixed_queries`).
   """
   if len(difficulty_weights):
@@ -189,9 +198,13 @@ def train_eval_queries(num_train: int, num_eval: int, seed: int, min_digits: int
     def draw(num, stream, exclude=None):
       return generate_queries(num, stream_seed(seed, stream), min_digits, max_digits, exclude,
                               num_operands)
-  eval_queries = draw(num_eval, _EVAL_STREAM)
-  train_queries = draw(num_train, _TRAIN_STREAM, {q.prompt for q in eval_queries})
-  return train_queries, eval_queries
+  core = draw(min(num_eval, EVAL_CORE), _EVAL_STREAM)
+  train_queries = draw(num_train, _TRAIN_STREAM, {q.prompt for q in core})
+  extra = []
+  if num_eval > EVAL_CORE:
+    extra = draw(num_eval - EVAL_CORE, _EVAL_EXTRA_STREAM,
+                 {q.prompt for q in core} | {q.prompt for q in train_queries})
+  return train_queries, core + extra
 
 
 def target_text(query: Query) -> str:
