@@ -7,7 +7,8 @@
 
 Arms (ARMS, one line each; `--arms` picks, `--arm name=method,field=value,...` adds one):
 GRPO, DAPO, sGPO with the paper's settings (G in {2,4,8}, k=8 profile), the best sGPO variant
-measured so far (G in {4,8}, k=2 profile), GRESO and Knapsack RL. Regimes are the named
+measured so far (G in {4,8}, k=2 profile), GRESO, Knapsack RL and sgpo_bayes (beyond the
+paper: allocators/sgpo_bayes.py). Regimes are the named
 config blocks of `configs/default.py:regime=NAME` (pool, initial policy, FLOPs budget, eval
 size and cadence). Every run of a regime shares the warm-start cache and data.seed, so every
 arm and seed starts from the same policy and is scored on the same held-out problems; `seed`
@@ -66,6 +67,7 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
                              'sgpo.curriculum': True}),
     'greso': ('greso', {}),
     'knapsack': ('knapsack', {}),
+    'sgpo_bayes': ('sgpo_bayes', {}),  # beyond the paper (issue 15)
 }
 ARM_NOTES = {
     'grpo': 'GRPO, G=8 for every prompt',
@@ -74,6 +76,9 @@ ARM_NOTES = {
     'sgpo_g48_k2': 'sGPO, best variant so far (profile k=2, G in {4,8})',
     'greso': 'GRESO: DAPO rounds that skip likely-zero-variance prompts before rollout',
     'knapsack': 'Knapsack RL: per-step G in [2,64] from past success rates, same R rows',
+    'sgpo_bayes': ('sGPO beyond the paper: Beta posterior per prompt from a lazy adaptive '
+                   'profile and every rollout, G by expected informative groups per row, '
+                   'GRESO-style revisit probes'),
 }
 
 # Smoke mode: the tiny model of tests/test_train.py, a few steps, one seed.

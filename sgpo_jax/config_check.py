@@ -78,9 +78,31 @@ def check_knapsack(s: Mapping[str, Any]) -> None:
   knapsack.KnapsackSettings(**s)
 
 
+def check_sgpo_bayes(s: Mapping[str, Any]) -> None:
+  _require(s['prior_alpha'] > 0 and s['prior_beta'] > 0,
+           f"sgpo_bayes.prior_alpha={s['prior_alpha']} and prior_beta={s['prior_beta']} must "
+           'be > 0.')
+  _require(len(s['group_sizes']) > 0 and min(s['group_sizes']) >= 2,
+           f"sgpo_bayes.group_sizes={tuple(s['group_sizes'])} must be sizes >= 2 (a group of "
+           '1 never has both a success and a failure).')
+  _require(1 <= s['profile_min_samples'] <= s['profile_max_samples'],
+           f"need 1 <= sgpo_bayes.profile_min_samples ({s['profile_min_samples']}) <= "
+           f"sgpo_bayes.profile_max_samples ({s['profile_max_samples']}).")
+  _require(0.0 <= s['settle_low'] <= s['settle_high'] <= 1.0,
+           f"need 0 <= sgpo_bayes.settle_low ({s['settle_low']}) <= sgpo_bayes.settle_high "
+           f"({s['settle_high']}) <= 1.")
+  _require(0.0 <= s['evidence_decay'] <= 1.0,
+           f"sgpo_bayes.evidence_decay={s['evidence_decay']} must be in [0, 1].")
+  _require(s['window'] >= 1, f"sgpo_bayes.window={s['window']} must be >= 1.")
+  _require(0.0 <= s['revisit_floor'] <= s['revisit_base'] <= 1.0,
+           f"need 0 <= sgpo_bayes.revisit_floor ({s['revisit_floor']}) <= "
+           f"sgpo_bayes.revisit_base ({s['revisit_base']}) <= 1.")
+
+
 # Every allocator's config section and its range checks; config.method must name one.
 SECTION_CHECKS = {'sgpo': check_sgpo, 'grpo': check_grpo, 'dapo': check_dapo,
-                  'greso': check_greso, 'knapsack': check_knapsack}
+                  'greso': check_greso, 'knapsack': check_knapsack,
+                  'sgpo_bayes': check_sgpo_bayes}
 METHODS = tuple(SECTION_CHECKS)
 
 

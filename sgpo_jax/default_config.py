@@ -8,7 +8,7 @@ Runs end to end on a 2-core CPU in about ten minutes, no downloads:
 
 Variants (arg string, parsed strictly by `config_args.parse_arg`; an unknown key is an
 error): `configs/default.py:method=grpo,runlocal=1`
-  method=sgpo|grpo|dapo|greso|knapsack   which allocator drives the RL loop
+  method=sgpo|grpo|dapo|greso|knapsack|sgpo_bayes   which allocator drives the RL loop
   regime=NAME             a comparison regime (REGIMES below): pool, initial policy, FLOPs
                           budget, rows per batch, eval size and cadence for one comparison run
   runlocal=1              shrink everything for a smoke run (tests, notebooks)
@@ -39,7 +39,7 @@ REGIMES = ('default', 'paper_like', 'small_pool')
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = parse_arg(arg, method='sgpo', regime='', runlocal=False)
   c = ml_collections.ConfigDict()
-  c.method = args['method']  # sgpo|grpo|dapo|greso|knapsack: the RL loop's allocator
+  c.method = args['method']  # sgpo|grpo|dapo|greso|knapsack|sgpo_bayes: RL allocator
   c.regime = ''  # '' = the README run; else the comparison regime this config was built for
   c.seed = 0
   c.dry_run = False  # build abstractly, print memory/FLOPs table, exit
@@ -151,6 +151,26 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sgpo.online_update = False  # beyond the paper: Beta posterior of p_hat from rollouts
   c.sgpo.prior_strength = 8.0  # kappa of the Beta prior around the profiled p_hat
   c.sgpo.prior_eps = 0.5  # added to both Beta parameters so p_hat = 0 or 1 stays revisable
+
+  # method=sgpo_bayes (beyond the paper; sgpo_jax/bayes.py, allocators/sgpo_bayes.py): a Beta
+  # posterior per prompt from a lazy adaptive profile and every rollout; G per prompt by
+  # expected informative groups per row; deprioritised prompts revisited GRESO-style.
+  c.sgpo_bayes = ml_collections.ConfigDict()
+  c.sgpo_bayes.prior_alpha = 0.5  # Beta prior of every prompt's success rate (Jeffreys)
+  c.sgpo_bayes.prior_beta = 0.5
+  c.sgpo_bayes.group_sizes = (4, 8)  # candidate G; rows_per_batch must be a multiple of each
+  c.sgpo_bayes.signal_exponent = 0.0  # group value = P_inf * G**this (0: informative groups)
+  c.sgpo_bayes.profile_min_samples = 1  # adaptive profile: samples before a prompt may settle
+  c.sgpo_bayes.profile_max_samples = 4  # ... and at most (then a training candidate)
+  c.sgpo_bayes.settle_high = 0.6  # settled learnable once P_inf(min G) >= this
+  c.sgpo_bayes.settle_low = 0.35  # settled trivial/unsolved (deprioritised) once P_inf <= this
+  c.sgpo_bayes.informative_floor = 0.35  # a trained prompt below this P_inf is deprioritised
+  c.sgpo_bayes.evidence_decay = 0.5  # old evidence weight per training observation / revisit
+  c.sgpo_bayes.window = 32  # candidates the G choice looks at per batch
+  c.sgpo_bayes.revisit_base = 0.25  # revisit probability max(base**skips, floor) per epoch
+  c.sgpo_bayes.revisit_floor = 0.02
+  c.sgpo_bayes.revisit_target = 0.3  # base adapts toward this share of revisits coming back
+  c.sgpo_bayes.revisit_step = 0.05
 
   c.grpo = ml_collections.ConfigDict()
   c.grpo.group_size = 8

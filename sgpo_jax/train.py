@@ -416,6 +416,8 @@ def finalize(su: Setup, rs: RunState) -> dict:
   }
   if rs.allocation is not None:
     summary['profile'] = rs.allocation.summary()
+  if hasattr(rs.allocator, 'summary'):  # an allocator's own diagnostics (sgpo_bayes)
+    summary['allocator'] = rs.allocator.summary()
   metrics_lib.write_json(os.path.join(su.workdir, 'summary.json'), summary)
   if sharding_lib.is_writer():
     report_lib.write_report(su.workdir, summary, rs.writer.rows, rs.allocation)

@@ -322,7 +322,7 @@ def test_make_allocator_dispatches_on_method():
   assert allocators.allocator_class('dapo').profile_settled(config) is None
   config.method = 'ppo'
   with pytest.raises(ValueError, match=r"config.method='ppo' is not one of "
-                     r"\('dapo', 'greso', 'grpo', 'knapsack', 'sgpo'\)"):
+                     r"\('dapo', 'greso', 'grpo', 'knapsack', 'sgpo', 'sgpo_bayes'\)"):
     allocators.make_allocator(config, 12)
 
 

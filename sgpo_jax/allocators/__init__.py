@@ -42,9 +42,10 @@ from sgpo_jax.allocators.dapo import (DAPOAllocator, DAPOBatch, DAPOBatchBuilder
 from sgpo_jax.allocators.sgpo import SGPOAllocator
 from sgpo_jax.allocators.greso import GRESOAllocator
 from sgpo_jax.allocators.knapsack import KnapsackAllocator
+from sgpo_jax.allocators.sgpo_bayes import BayesAllocator, BayesSettings
 
 __all__ = [
-    'Allocator', 'BatchPlan', 'DAPOAllocator', 'DAPOBatch', 'DAPOBatchBuilder', 'DAPOSettings',
+    'Allocator', 'BayesAllocator', 'BayesSettings', 'BatchPlan', 'DAPOAllocator', 'DAPOBatch', 'DAPOBatchBuilder', 'DAPOSettings',
     'EpochCursor', 'FilledBatch', 'GRESOAllocator', 'GRPOAllocator', 'GRPOSettings',
     'KnapsackAllocator', 'PlanAllocator', 'Rollout', 'RolloutFn', 'SGPOAllocator', 'allocator_class', 'dapo_keep_groups', 'make_allocator',
     'register_allocator', 'registered',

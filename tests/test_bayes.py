@@ -1,0 +1,106 @@
+"""Tests for sgpo_jax/bayes.py: hand-computed Beta moments, decisions, G choice, revisits."""
+
+import numpy as np
+import pytest
+
+from sgpo_jax import bayes
+
+
+def test_expected_power_is_the_beta_function_ratio():
+  # Beta(1, 1) = uniform: E[p^G] = 1 / (G + 1).
+  assert bayes.expected_power(1.0, 1.0, 4) == pytest.approx(1 / 5)
+  # Beta(2, 1): E[p^2] = 2*3 / (3*4) = 1/2; E[(1-p)^2] = E[q^2], q ~ Beta(1, 2) = 1*2/(3*4).
+  assert bayes.expected_power(2.0, 1.0, 2) == pytest.approx(1 / 2)
+  assert bayes.expected_power(1.0, 2.0, 2) == pytest.approx(1 / 6)
+  assert bayes.expected_power(3.0, 7.0, 0) == 1.0
+  with pytest.raises(ValueError, match='power=2.5'):
+    bayes.expected_power(1.0, 1.0, 2.5)
+
+
+def test_informative_probability_counts_both_tails():
+  assert bayes.informative_probability(1.0, 1.0, 2) == pytest.approx(1 / 3)
+  assert bayes.informative_probability(1.0, 1.0, 4) == pytest.approx(3 / 5)
+  assert bayes.informative_probability(2.0, 1.0, 2) == pytest.approx(1 - 1 / 2 - 1 / 6)
+  # Jeffreys prior after one success and one failure: Beta(1.5, 1.5), G = 4:
+  # E[p^4] = 1.5*2.5*3.5*4.5 / (3*4*5*6) = 59.0625 / 360 on each side.
+  assert bayes.informative_probability(1.5, 1.5, 4) == pytest.approx(1 - 2 * 59.0625 / 360)
+  # A sharp posterior at p = 0.6 approaches the point value 1 - 0.6^2 - 0.4^2 = 0.48 for a
+  # pair: the success-side-only 1/p_hat rule would give this prompt G = 2.
+  assert bayes.informative_probability(6e5, 4e5, 2) == pytest.approx(0.48, abs=1e-5)
+  # Vectorised over prompts.
+  np.testing.assert_allclose(bayes.informative_probability([1.0, 2.0], [1.0, 1.0], 2),
+                             [1 / 3, 1 / 3])
+  with pytest.raises(ValueError, match='> 0'):
+    bayes.informative_probability(0.0, 1.0, 4)
+
+
+def test_update_posterior_decays_evidence_not_prior():
+  a, b = bayes.update_posterior(5.0, 2.0, 3, 1, prior_alpha=0.5, prior_beta=0.5, decay=0.5)
+  # 0.5 + 0.5 * (5 - 0.5) + 3 and 0.5 + 0.5 * (2 - 0.5) + 1
+  assert (float(a), float(b)) == pytest.approx((5.75, 2.25))
+  a, b = bayes.update_posterior(5.0, 2.0, 3, 1, prior_alpha=0.5, prior_beta=0.5)
+  assert (float(a), float(b)) == (8.0, 3.0)
+  with pytest.raises(ValueError, match='evidence_decay=1.5'):
+    bayes.update_posterior(1.0, 1.0, 0, 0, 0.5, 0.5, decay=1.5)
+
+
+PROFILE = {'prior_alpha': 0.5, 'prior_beta': 0.5, 'group_size': 4, 'settle_high': 0.6,
+           'settle_low': 0.35, 'min_samples': 1, 'max_samples': 4}
+
+
+@pytest.mark.parametrize('n_correct,n_drawn,expected', [
+    (1, 1, 'sample'),  # Beta(1.5, 0.5): P_inf(4) = 1 - 59.0625/120 - 6.5625/120 = 0.453
+    (0, 1, 'sample'),
+    (1, 2, 'learnable'),  # Beta(1.5, 1.5): 0.672 >= 0.6
+    (2, 2, 'sample'),  # Beta(2.5, 0.5): 1 - 216.5625/360 - 6.5625/360 = 0.380
+    (3, 3, 'skip'),  # Beta(3.5, 0.5): 1 - 563.0625/840 - 6.5625/840 = 0.322 <= 0.35
+    (0, 3, 'skip'),
+    (2, 3, 'learnable'),
+])
+def test_profile_decision_on_hand_made_counts(n_correct, n_drawn, expected):
+  assert bayes.profile_decision(n_correct, n_drawn, **PROFILE) == expected
+
+
+def test_profile_decision_stops_at_max_samples_undecided():
+  # settle_low below every reachable value: three equal outcomes stay undecided at max 3.
+  kw = {**PROFILE, 'settle_low': 0.1, 'max_samples': 3}
+  assert bayes.profile_decision(3, 3, **kw) == 'undecided'
+  assert bayes.profile_decision(1, 2, **{**kw, 'min_samples': 3}) == 'sample'
+  with pytest.raises(ValueError, match='profile_min_samples'):
+    bayes.profile_decision(0, 1, **{**PROFILE, 'min_samples': 5})
+
+
+def test_choose_group_sizes_greedy_by_value_per_row():
+  uniform = (1.0, 1.0)  # P_inf(4) = 3/5 (0.15 per row), P_inf(8) = 7/9 (grow: 0.044 per row)
+  trivialish = (3.5, 0.5)  # P_inf(4) = 0.322 (0.080 per row)
+  a = [uniform[0], uniform[0], trivialish[0]]
+  b = [uniform[1], uniform[1], trivialish[1]]
+  # 16 rows: add both uniform prompts, then the trivial-ish one (0.080 > 0.044), then grow the
+  # first uniform prompt (earlier wins the tie with the second).
+  assert bayes.choose_group_sizes(a, b, (4, 8), 16).tolist() == [8, 4, 4]
+  # A per-row floor of 0.1 keeps the trivial-ish prompt and every growth out.
+  assert bayes.choose_group_sizes(a, b, (4, 8), 16, min_value_per_row=0.1).tolist() == [4, 4, 0]
+  # Counting rows with signal (exponent 1): growing to 8 (7/9*8 - 2.4)/4 = 0.956 beats adding
+  # a new prompt (0.6), so both uniform prompts get 8 and nothing else fits.
+  assert bayes.choose_group_sizes(a, b, (4, 8), 16, signal_exponent=1.0).tolist() == [8, 8, 0]
+  # Never over the row budget; an empty candidate list is fine.
+  assert bayes.choose_group_sizes(a, b, (4, 8), 7).tolist() == [4, 0, 0]
+  assert bayes.choose_group_sizes([], [], (4, 8), 16).tolist() == []
+
+
+def test_revisit_probability_and_adaptation():
+  np.testing.assert_allclose(bayes.revisit_probability([1, 2, 3], base=0.25, floor=0.02),
+                             [0.25, 0.0625, 0.02])
+  assert bayes.adapt_revisit_base(0.25, 0.6, target=0.3, step=0.05, floor=0.02) == \
+      pytest.approx(0.30)
+  assert bayes.adapt_revisit_base(0.04, 0.1, target=0.3, step=0.05, floor=0.02) == \
+      pytest.approx(0.02)
+  with pytest.raises(ValueError, match='revisit_floor'):
+    bayes.revisit_probability(1, base=0.1, floor=0.2)
+
+
+def test_revisit_probability_scales_with_pool_passes():
+  # Per pass p = 0.25; half a pass: 1 - 0.75 ** 0.5; no training since the last draw: 0.
+  np.testing.assert_allclose(bayes.revisit_probability(1, 0.25, 0.02, pool_passes=0.5),
+                             1 - 0.75 ** 0.5)
+  assert bayes.revisit_probability(1, 0.25, 0.02, pool_passes=0.0) == 0.0
