@@ -78,17 +78,27 @@ def generate_queries(num: int, seed: int, min_digits: int = 1, max_digits: int =
   while len(queries) < num:
     batch = max(64, 2 * (num - len(queries)))
     digits_BxN = rng.integers(min_digits, max_digits + 1, size=(batch, num_operands))
-    low_BxN = np.where(digits_BxN == 1, 0, 10 ** (digits_BxN - 1))
-    operands_BxN = rng.integers(low_BxN, 10 ** digits_BxN)
-    for row in operands_BxN.tolist():
-      query = make_query(row)
-      if query.prompt in seen:
-        continue
-      seen.add(query.prompt)
-      queries.append(query)
-      if len(queries) == num:
-        break
+    _take_new_queries(rng, digits_BxN, seen, queries, num - len(queries))
   return queries
+
+
+def _take_new_queries(rng: np.random.Generator, digits_BxN: np.ndarray, seen: set[str],
+                      queries: list[Query], limit: int) -> int:
+  """Draws operands with the given digit counts and appends up to `limit` queries whose
+  prompts are not in `seen` (updated in place); returns how many were appended."""
+  low_BxN = np.where(digits_BxN == 1, 0, 10 ** (digits_BxN - 1))
+  operands_BxN = rng.integers(low_BxN, 10 ** digits_BxN)
+  taken = 0
+  for row in operands_BxN.tolist():
+    if taken == limit:
+      break
+    query = make_query(row)
+    if query.prompt in seen:
+      continue
+    seen.add(query.prompt)
+    queries.append(query)
+    taken += 1
+  return taken
 
 
 def level_space(level: int, min_digits: int, num_operands: int = 2) -> int:
@@ -152,17 +162,7 @@ def generate_mixed_queries(num: int, seed: int, weights: tuple[float, ...] | lis
       batch = max(64, 4 * (n - taken))
       digits_BxN = rng.integers(min_digits, d + 1, size=(batch, num_operands))
       digits_BxN = digits_BxN[digits_BxN.max(axis=1) == d]
-      low_BxN = np.where(digits_BxN == 1, 0, 10 ** (digits_BxN - 1))
-      operands_BxN = rng.integers(low_BxN, 10 ** digits_BxN)
-      for row in operands_BxN.tolist():
-        query = make_query(row)
-        if query.prompt in seen:
-          continue
-        seen.add(query.prompt)
-        queries.append(query)
-        taken += 1
-        if taken == n:
-          break
+      taken += _take_new_queries(rng, digits_BxN, seen, queries, n - taken)
   order = rng.permutation(len(queries))
   return [queries[i] for i in order]
 
