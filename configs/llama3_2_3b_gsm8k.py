@@ -36,22 +36,16 @@ Variants (`configs/llama3_2_3b_gsm8k.py:method=grpo,gpu=1,instruct=1,loss=gspo`)
                the default sends the bare question)
 """
 
-import importlib.util
-import os
 
 import ml_collections
 
-from sgpo_jax.config_args import parse_arg
+from sgpo_jax.config_args import load_sibling_config, parse_arg
 
 HF_PATH = '/path/to/Llama-3.2-3B'  # placeholder: a local checkpoint directory
 
 
 def _sibling_config(name: str):
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f'{name}.py')
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_sibling_config(__file__, name)
 
 
 def set_llama3_2_3b(c: ml_collections.ConfigDict, hf_path: str = HF_PATH) -> None:

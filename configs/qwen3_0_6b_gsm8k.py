@@ -42,12 +42,10 @@ Variants (`configs/qwen3_0_6b_gsm8k.py:method=grpo,gpu=1,loss=cispo,thinking=1`)
                           empty <think></think>, so 1024 new tokens suffice for GSM8K)
 """
 
-import importlib.util
-import os
 
 import ml_collections
 
-from sgpo_jax.config_args import parse_arg
+from sgpo_jax.config_args import load_sibling_config, parse_arg
 
 HF_PATH = '/path/to/Qwen3-0.6B'  # placeholder: a local checkpoint directory
 LOSSES = {
@@ -61,11 +59,7 @@ LOSSES = {
 
 
 def _sibling_config(name: str):
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f'{name}.py')
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_sibling_config(__file__, name)
 
 
 def set_qwen3(c: ml_collections.ConfigDict, d_model: int = 1024, d_ff: int = 3072,

@@ -22,22 +22,16 @@ rows per chip per micro-batch; peak 7.7 GiB. One GPU (`gpu=1`, 8 micro-batches o
 Variants: as `configs/qwen3_0_6b_gsm8k.py` (method, gpu, loss, thinking).
 """
 
-import importlib.util
-import os
 
 import ml_collections
 
-from sgpo_jax.config_args import parse_arg
+from sgpo_jax.config_args import load_sibling_config, parse_arg
 
 HF_PATH = '/path/to/Qwen3-1.7B'  # placeholder: a local checkpoint directory
 
 
 def _sibling_config(name: str):
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f'{name}.py')
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_sibling_config(__file__, name)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

@@ -58,3 +58,18 @@ def parse_arg(arg: str | None, **spec: Any) -> dict[str, Any]:
       continue
     out[key] = _convert(key, text, spec[key])
   return out
+
+
+def load_sibling_config(config_file: str, name: str) -> Any:
+  """The module `name`.py from the directory of `config_file` (a config file's `__file__`).
+
+  Config files are loaded by path (ml_collections' config_flags), not imported as a package,
+  so a config that builds on another one loads it through this.
+  """
+  import importlib.util
+  import os
+  path = os.path.join(os.path.dirname(os.path.abspath(config_file)), f'{name}.py')
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
