@@ -1,34 +1,18 @@
 """method=sgpo_bayes through the main job: profile/probe FLOPs in the ledger, SIGKILL-resume."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import test_train
+from tests.test_train import read_jsonl
 
-
-def read_jsonl(path):
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+BAYES_ARGS = ('--config.method=sgpo_bayes', '--config.sgpo_bayes.window=4')
 
 
 def _run_main(workdir, kill_after_step=None, steps=6):
-  entry = (['tests.sigkill_main', f'--kill_after_step={kill_after_step}']
-           if kill_after_step is not None else ['sgpo_jax.main'])
-  cmd = [sys.executable, '-m', *entry, '--config', 'configs/default.py:runlocal=1',
-         '--workdir', workdir, f'--config.train.num_steps={steps}',
-         '--config.checkpoint.every_steps=2', '--config.eval.every_steps=3',
-         '--config.data.num_train=96', '--config.data.num_eval=32',
-         '--config.train.rows_per_batch=16', '--config.method=sgpo_bayes',
-         '--config.sgpo_bayes.window=4', '--config.warm_start.steps=20',
-         '--config.model.n_layers=2', '--config.model.d_model=32', '--config.model.d_ff=64',
-         '--config.model.head_dim=8']
-  return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
-                        check=False)
+  return test_train._run_main(workdir, kill_after_step, steps, method_args=BAYES_ARGS)
 
 
 @pytest.mark.slow
@@ -52,10 +36,4 @@ def test_sgpo_bayes_ledger_counts_probes_and_sigkill_resume_is_exact(tmp_path):
   assert killed.returncode == -signal.SIGKILL
   resumed = _run_main(str(tmp_path / 'killed'))
   assert resumed.returncode == 0, resumed.stderr[-3000:]
-  a = read_jsonl(str(tmp_path / 'full' / 'metrics.jsonl'))
-  b = read_jsonl(str(tmp_path / 'killed' / 'metrics.jsonl'))
-  assert [r['step'] for r in a] == [r['step'] for r in b]
-  skip = {'tokens_per_second', 'seconds'}
-  for ra, rb in zip(a, b):
-    assert {k: v for k, v in ra.items() if k not in skip} == \
-        {k: v for k, v in rb.items() if k not in skip}
+  test_train.assert_metrics_match(str(tmp_path / 'full'), str(tmp_path / 'killed'))

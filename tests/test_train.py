@@ -118,7 +118,10 @@ def test_padding_fraction_is_masked_row_share(sgpo_run):
                                                                for r in rows]))
 
 
-def _run_main(workdir, kill_after_step=None, steps=6):
+GRPO_ARGS = ('--config.method=grpo', '--config.grpo.group_size=4')
+
+
+def _run_main(workdir, kill_after_step=None, steps=6, method_args=GRPO_ARGS):
   # The killed run goes through tests/sigkill_main.py: the fault hook lives in the tests.
   entry = (['tests.sigkill_main', f'--kill_after_step={kill_after_step}']
            if kill_after_step is not None else ['sgpo_jax.main'])
@@ -126,11 +129,21 @@ def _run_main(workdir, kill_after_step=None, steps=6):
          '--workdir', workdir, f'--config.train.num_steps={steps}',
          '--config.checkpoint.every_steps=2', '--config.eval.every_steps=3',
          '--config.data.num_train=96', '--config.data.num_eval=32',
-         '--config.train.rows_per_batch=16', '--config.method=grpo',
-         '--config.grpo.group_size=4', '--config.warm_start.steps=20',
+         '--config.train.rows_per_batch=16', *method_args, '--config.warm_start.steps=20',
          '--config.model.n_layers=2', '--config.model.d_model=32', '--config.model.d_ff=64',
          '--config.model.head_dim=8']
   return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+
+
+def assert_metrics_match(full_dir, resumed_dir) -> None:
+  """The two runs' metrics.jsonl hold the same steps and values, timing fields aside."""
+  a = read_jsonl(os.path.join(full_dir, 'metrics.jsonl'))
+  b = read_jsonl(os.path.join(resumed_dir, 'metrics.jsonl'))
+  assert [r['step'] for r in a] == [r['step'] for r in b]
+  skip = {'tokens_per_second', 'seconds'}
+  for ra, rb in zip(a, b):
+    assert {k: v for k, v in ra.items() if k not in skip} == \
+        {k: v for k, v in rb.items() if k not in skip}
 
 
 @pytest.mark.slow
@@ -143,13 +156,7 @@ def test_sigkill_and_resume_matches_uninterrupted(tmp_path):
   assert max(r['step'] for r in read_jsonl(str(tmp_path / 'killed' / 'metrics.jsonl'))) == 3
   resumed = _run_main(str(tmp_path / 'killed'))
   assert resumed.returncode == 0, resumed.stderr[-3000:]
-  a = read_jsonl(str(tmp_path / 'full' / 'metrics.jsonl'))
-  b = read_jsonl(str(tmp_path / 'killed' / 'metrics.jsonl'))
-  assert [r['step'] for r in a] == [r['step'] for r in b]
-  skip = {'tokens_per_second', 'seconds'}
-  for ra, rb in zip(a, b):
-    assert {k: v for k, v in ra.items() if k not in skip} == \
-        {k: v for k, v in rb.items() if k not in skip}
+  assert_metrics_match(str(tmp_path / 'full'), str(tmp_path / 'killed'))
 
 
 @pytest.mark.slow
