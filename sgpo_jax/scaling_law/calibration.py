@@ -13,6 +13,15 @@ Point predictors (`PREDICTORS`), each fitted on calibration runs only:
   config (`group`) when at least MIN_GROUP_RECORDS of them are calibration runs.
 - blend: flat + a + b·(curve - flat), a and b by least squares over calibration runs
   (b clipped to [0, 1]): the curve's extrapolation, shrunk by how well it has done.
+- pooled (the default; a hierarchical "joint law" over runs): with at least
+  MIN_REGRESSION_RECORDS calibration runs of the run's own regime, final = a + b·flat by
+  least squares over them (b clipped to [0, 1]: a run's prefix is a noisy estimate of its
+  level, so the forecast shrinks it towards the regime's), plus a method offset: the mean
+  leave-one-out residual of the regime's runs of the same method, shrunk by k/(k +
+  METHOD_SHRINKAGE) for k such runs. With MIN_REGIME_DRIFT_RECORDS to
+  MIN_REGRESSION_RECORDS - 1 runs of the regime, and otherwise over every calibration run:
+  flat + s·median((final - flat)/s) with s = `residual_scale` (moves of runs at other
+  levels, rescaled to this run's).
 
 Scores are normalised (Lei et al. 2018): each residual is divided by a scale known before
 the run ends, sqrt(p(1 - p)) of the flat level p for accuracies and rewards (floored at
@@ -45,7 +54,7 @@ from sgpo_jax.scaling_law.trajectory import DEFAULT_FORMS
 # Range of each metric; intervals are cut to it (they always keep their point).
 METRIC_BOUNDS = {'eval_accuracy': (0.0, 1.0), 'reward_mean': (0.0, 1.0),
                  'reward_over_profile': (-1.0, 1.0)}
-DEFAULT_PREDICTOR = 'drift'
+DEFAULT_PREDICTOR = 'pooled'
 # Calibrate on runs of the run's own regime when at least this many exist (the fewest that
 # give a finite 90% conformal interval), else of its method, else on all.
 MIN_POOL_RECORDS = 9
@@ -54,6 +63,13 @@ MIN_METHOD_RECORDS = 10
 MIN_GROUP_RECORDS = 2
 FLAT_TAIL = 1 / 3  # the flat level is the mean of the last third of the observed points
 MIN_SCALE = 0.1  # floor of the residual scale sqrt(p(1 - p)) (reached at p ~ 0.01)
+# pooled: a regression of final on flat needs this many runs of the regime (as many as a
+# finite 90% conformal interval needs), a regime median move this many.
+MIN_REGRESSION_RECORDS = 9
+MIN_REGIME_DRIFT_RECORDS = 4
+# pooled: a method offset estimated from k runs is shrunk by k / (k + METHOD_SHRINKAGE)
+# (pseudo-runs at offset 0: the method's effect is not known better than the run noise).
+METHOD_SHRINKAGE = 4.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +120,7 @@ def prefix_features(run: Any, observe_fraction: float, *, forms: Sequence[str] =
   if not seen.any():
     raise ValueError(f'{run.name}: no {run.metric} logged at or before step {cut:.0f} '
                      f'({observe_fraction:g} of {run.total_steps} steps)')
+  regime = regime or getattr(run, 'regime', '')
   curve = form = None
   try:
     result = forecast(run.steps, run.values, run.total_steps, observe_fraction, forms=forms,
@@ -167,8 +184,53 @@ def predict_blend(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> 
   return target.flat + a + b * (_curve_or_flat(target) - target.flat)
 
 
+def shrinkage_line(records: Sequence[PrefixFeatures]) -> tuple[float, float]:
+  """(a, b) minimising sum (final - a - b·flat)^2 over finished records, b clipped to
+  [0, 1] (a refitted for a clipped b); (mean final, 0) when the flat levels do not vary."""
+  known = [record for record in records if record.actual is not None]
+  if not known:
+    raise ValueError('shrinkage_line needs at least one finished record')
+  flats = np.array([record.flat for record in known])
+  finals = np.array([record.actual for record in known])
+  if len(known) < 2 or np.ptp(flats) < 1e-12:
+    return float(np.mean(finals)), 0.0
+  b = float(np.sum((flats - flats.mean()) * (finals - finals.mean()))
+            / np.sum((flats - flats.mean()) ** 2))
+  b = float(np.clip(b, 0.0, 1.0))
+  return float(np.mean(finals - b * flats)), b
+
+
+def scaled_drift(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> float:
+  """flat + s·median((final - flat)/s) over finished records, s = `residual_scale`."""
+  known = [record for record in records if record.actual is not None]
+  if not known:
+    return target.flat
+  moves = [(record.actual - record.flat) / residual_scale(record) for record in known]
+  return target.flat + residual_scale(target) * float(np.median(moves))
+
+
+def predict_pooled(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> float:
+  known = [record for record in records if record.actual is not None]
+  regime = [record for record in known if target.regime and record.regime == target.regime]
+  if len(regime) >= MIN_REGRESSION_RECORDS:
+    a, b = shrinkage_line(regime)
+    same_method = [i for i, record in enumerate(regime)
+                   if target.method is not None and record.method == target.method]
+    offsets = []
+    for i in same_method:
+      a_i, b_i = shrinkage_line(regime[:i] + regime[i + 1:])
+      offsets.append(regime[i].actual - a_i - b_i * regime[i].flat)
+    k = len(offsets)
+    offset = float(np.mean(offsets)) * k / (k + METHOD_SHRINKAGE) if k else 0.0
+    return a + b * target.flat + offset
+  if len(regime) >= MIN_REGIME_DRIFT_RECORDS:
+    return scaled_drift(target, regime)
+  return scaled_drift(target, known)
+
+
 PREDICTORS: dict[str, Predictor] = {'flat': predict_flat, 'curve': predict_curve,
-                                    'drift': predict_drift, 'blend': predict_blend}
+                                    'drift': predict_drift, 'blend': predict_blend,
+                                    'pooled': predict_pooled}
 
 
 def get_predictor(name: str) -> Predictor:

@@ -64,6 +64,12 @@ def _config_field(config: Any, name: str) -> Any:
   return getattr(config, name)
 
 
+def _optional_field(config: Any, name: str, default: Any) -> Any:
+  if isinstance(config, dict):
+    return config.get(name, default)
+  return getattr(config, name, default) if hasattr(config, name) else default
+
+
 def trend_gain(steps: Sequence[float], values: Sequence[float], total_steps: float, *,
                window_fraction: float) -> tuple[float, int]:
   """(gain a least-squares line through the points of the last window_fraction·total_steps
@@ -82,23 +88,44 @@ def trend_gain(steps: Sequence[float], values: Sequence[float], total_steps: flo
 
 def trend_stop_step(steps: Sequence[float], values: Sequence[float], total_steps: float, *,
                     min_fraction: float = 0.5, window_fraction: float = 0.3,
-                    epsilon: float = 0.01, min_points: int = 3) -> int | None:
+                    epsilon: float = 0.01, min_points: int = 3, confirm_evals: int = 1,
+                    dip_guard: bool = False) -> int | None:
   """First step (of `steps`) where the 'trend' rule stops the run; None: it never does.
 
   At each logged step s >= min_fraction·total_steps, with at least `min_points` points in
-  the window, the rule stops when `trend_gain` < epsilon (a falling line stops at once).
+  the window, the trend is flat when `trend_gain` < epsilon (a falling line is flat). The
+  rule stops once the trend has been flat at `confirm_evals` consecutive evals and, with
+  `dip_guard`, only at an eval whose reading is at least the mean of the window's readings:
+  a user keeps the checkpoint at the stop step, and one reading below its neighbours is
+  what made single-eval stops lose most.
   """
   check_trend_options(total_steps, min_fraction, window_fraction, epsilon)
+  if confirm_evals < 1:
+    raise ValueError(f'early_stop.confirm_evals={confirm_evals} must be >= 1')
   steps_arr = np.asarray(steps, dtype=float)
   values_arr = np.asarray(values, dtype=float)
+  streak = 0
   for i, step in enumerate(steps_arr):
     if step < min_fraction * total_steps - 1e-9 or step >= total_steps:
       continue
     gain, n_window = trend_gain(steps_arr[:i + 1], values_arr[:i + 1], total_steps,
                                 window_fraction=window_fraction)
-    if n_window >= min_points and gain < epsilon:
-      return int(step)
+    streak = streak + 1 if n_window >= min_points and gain < epsilon else 0
+    if streak < confirm_evals:
+      continue
+    if dip_guard and values_arr[i] < window_mean(steps_arr[:i + 1], values_arr[:i + 1],
+                                                 total_steps, window_fraction) - 1e-12:
+      continue
+    return int(step)
   return None
+
+
+def window_mean(steps: Sequence[float], values: Sequence[float], total_steps: float,
+                window_fraction: float) -> float:
+  """Mean of the values logged in the last window_fraction·total_steps steps."""
+  steps_arr = np.asarray(steps, dtype=float)
+  window = steps_arr >= steps_arr[-1] - window_fraction * total_steps - 1e-9
+  return float(np.mean(np.asarray(values, dtype=float)[window]))
 
 
 def check_trend_options(total_steps: float, min_fraction: float, window_fraction: float,
@@ -151,6 +178,12 @@ class TrendStopper:
     self.epsilon = float(_config_field(early_stop_config, 'epsilon'))
     self.min_fraction = float(_config_field(early_stop_config, 'min_fraction'))
     self.window_fraction = float(_config_field(early_stop_config, 'window_fraction'))
+    # Optional (absent from older configs): see trend_stop_step.
+    self.confirm_evals = int(_optional_field(early_stop_config, 'confirm_evals', 1))
+    self.dip_guard = bool(_optional_field(early_stop_config, 'dip_guard', False))
+    if self.confirm_evals < 1:
+      raise ValueError(f'early_stop.confirm_evals={self.confirm_evals} must be >= 1')
+    self._flat_streak = 0
     if not num_steps > 0:
       raise ValueError(f'num_steps={num_steps} must be > 0')
     check_trend_options(num_steps, self.min_fraction, self.window_fraction, self.epsilon)
@@ -195,13 +228,23 @@ class TrendStopper:
                                 window_fraction=self.window_fraction)
     where = f'step {step}/{total}'
     if step < self.min_fraction * total or n_window < 3 or not math.isfinite(gain):
+      self._flat_streak = 0
       return StopDecision(False, f'continue at {where}: before min_fraction '
                           f'{self.min_fraction:g} or < 3 evals in the window', step, nan,
                           (nan, nan), nan, nan, 0.0)
-    should_stop = gain < self.epsilon
+    flat = gain < self.epsilon
+    self._flat_streak = self._flat_streak + 1 if flat else 0
     facts = (f'a line through the {n_window} evals of the last {self.window_fraction:.0%} '
              f'of the run gains {gain:+.4f} by step {total} '
-             f"{'<' if should_stop else '>='} epsilon {self.epsilon:g}")
+             f"{'<' if flat else '>='} epsilon {self.epsilon:g}")
+    should_stop = flat and self._flat_streak >= self.confirm_evals
+    if flat and self.confirm_evals > 1:
+      facts += f' ({self._flat_streak} of {self.confirm_evals} evals in a row)'
+    if should_stop and self.dip_guard:
+      mean = window_mean(self.steps, self.values, total, self.window_fraction)
+      if self.values[-1] < mean - 1e-12:
+        should_stop = False
+        facts += f'; eval {self.values[-1]:.4f} is below the window mean {mean:.4f}'
     flops_saved = 0.0
     if should_stop and len(self._flops) >= 2:
       (first_step, first), (last_step, last) = self._flops[0], self._flops[-1]
