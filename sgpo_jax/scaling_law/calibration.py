@@ -34,7 +34,12 @@ model and budget) when at least MIN_POOL_RECORDS of them exist, else of its meth
 MIN_METHOD_RECORDS exist, else all. Intervals: the predictor's absolute errors on the
 calibration runs, each forecast by the predictor fitted without that run (leave-one-out),
 are the conformal scores (see `conformal`). A run is never in its own calibration set
-(`CalibrationSet.without`); with leave_out_group neither is any seed of its config.
+(`CalibrationSet.without`); with leave_out_group neither is any seed of its config, and each
+score is then leave-group-out too (a forecast for an unseen config misses by more than one
+whose other seeds are known, and its interval must say so).
+
+A run's regime comes from its config.json `regime` (the comparison protocol's named
+regimes) unless given; a run without one is forecast from the method or whole pool.
 """
 
 from __future__ import annotations
@@ -216,8 +221,10 @@ def predict_pooled(target: PrefixFeatures, records: Sequence[PrefixFeatures]) ->
     a, b = shrinkage_line(regime)
     same_method = [i for i, record in enumerate(regime)
                    if target.method is not None and record.method == target.method]
+    siblings = [i for i, record in enumerate(regime)
+                if target.group and record.group == target.group]
     offsets = []
-    for i in same_method:
+    for i in siblings if len(siblings) >= MIN_GROUP_RECORDS else same_method:
       a_i, b_i = shrinkage_line(regime[:i] + regime[i + 1:])
       offsets.append(regime[i].actual - a_i - b_i * regime[i].flat)
     k = len(offsets)
@@ -239,13 +246,20 @@ def get_predictor(name: str) -> Predictor:
   return PREDICTORS[name]
 
 
-def loo_residuals(records: Sequence[PrefixFeatures], predictor: str = DEFAULT_PREDICTOR
-                  ) -> np.ndarray:
-  """actual - forecast for each finished record, the predictor fitted on the others."""
+def loo_residuals(records: Sequence[PrefixFeatures], predictor: str = DEFAULT_PREDICTOR,
+                  leave_out_group: bool = False) -> np.ndarray:
+  """actual - forecast for each finished record, the predictor fitted on the others (with
+  `leave_out_group`, on the records of other groups only: the scores then measure what a
+  forecast for an unseen config misses by)."""
   predict = get_predictor(predictor)
   known = [record for record in records if record.actual is not None]
-  return np.array([record.actual - predict(record, known[:i] + known[i + 1:])
-                   for i, record in enumerate(known)])
+  residuals = []
+  for i, record in enumerate(known):
+    others = known[:i] + known[i + 1:]
+    if leave_out_group and record.group:
+      others = [other for other in others if other.group != record.group]
+    residuals.append(record.actual - predict(record, others))
+  return np.array(residuals)
 
 
 def residual_scale(record: PrefixFeatures) -> float:
@@ -256,12 +270,14 @@ def residual_scale(record: PrefixFeatures) -> float:
   return max(math.sqrt(p * (1.0 - p)), MIN_SCALE)
 
 
-def normalised_scores(records: Sequence[PrefixFeatures], predictor: str = DEFAULT_PREDICTOR
-                      ) -> np.ndarray:
-  """Leave-one-out residuals divided by each record's `residual_scale`."""
+def normalised_scores(records: Sequence[PrefixFeatures], predictor: str = DEFAULT_PREDICTOR,
+                      leave_out_group: bool = False) -> np.ndarray:
+  """Leave-one-out (or leave-group-out) residuals divided by each record's
+  `residual_scale`."""
   known = [record for record in records if record.actual is not None]
   scales = np.array([residual_scale(record) for record in known])
-  return loo_residuals(known, predictor) / scales if known else np.zeros(0)
+  return (loo_residuals(known, predictor, leave_out_group) / scales if known
+          else np.zeros(0))
 
 
 @dataclasses.dataclass
@@ -343,7 +359,7 @@ def calibrated_forecast(target: PrefixFeatures, calibration: CalibrationSet, *,
   point = get_predictor(predictor)(target, records)
   bounds = METRIC_BOUNDS.get(target.metric, (-math.inf, math.inf))
   point = float(np.clip(point, *bounds))
-  scores = normalised_scores(records, predictor) * residual_scale(target)
+  scores = normalised_scores(records, predictor, leave_out_group) * residual_scale(target)
   return CalibratedForecast(
       predicted_final=point, interval=conformal_interval(point, scores, confidence, bounds),
       confidence=confidence, predictor=predictor, n_calibration=len(records),
