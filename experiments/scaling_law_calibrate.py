@@ -511,29 +511,38 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
       s = stop[name]
       lines += [f"- Out of sample (setting chosen on the other {label}, the loss targets met "
                 f"there): {s['n']} runs, stopped {s['stopped']}, saved {s['saved_mean']:.1%} "
-                f"of steps, mean loss {s['loss_mean'] * 100:.2f} points, worst "
-                f"{s['loss_max'] * 100:.2f} points."]
+                f"of steps, mean loss {s['loss_mean'] * 100:.2f} points, "
+                f"{s['share_over_max']:.1%} of runs lose > {TARGET_MAX_LOSS * 100:.0f} points, "
+                f"worst {s['loss_max'] * 100:.2f} points."]
   for label, key in (('config groups', 'group'), ('seed groups', 'seed_group')):
     s = stop['held_out_relaxed_summary'].get(key)
+    chosen: dict[str, int] = {}
+    for row in stop['held_out_relaxed'].get(key, []):
+      name = json.dumps(row['setting'], sort_keys=True)
+      chosen[name] = chosen.get(name, 0) + 1
     if s:
+      most = max(chosen, key=chosen.get) if chosen else None
       lines += [f"- Out of sample (setting chosen on the other {label} for mean loss <= "
                 f"{TARGET_MEAN_LOSS * 100:.0f} point and at most "
                 f"{TARGET_SHARE_OVER_MAX:.0%} of runs losing > {TARGET_MAX_LOSS * 100:.0f} "
                 f"points there): stopped {s['stopped']}/{s['n']}, saved {s['saved_mean']:.1%} "
                 f"of steps, mean loss {s['loss_mean'] * 100:.2f} points, "
                 f"{s['share_over_max']:.1%} of runs lose > {TARGET_MAX_LOSS * 100:.0f} points, "
-                f"worst {s['loss_max'] * 100:.2f} points."]
+                f"worst {s['loss_max'] * 100:.2f} points. Chosen for "
+                f"{chosen.get(most, 0)}/{s['n']} runs: `{most}`."]
   if stop['held_out_mean_only_summary']:
     s = stop['held_out_mean_only_summary']
     lines += [f"- Out of sample, setting chosen for mean loss <= {TARGET_MEAN_LOSS * 100:.0f} point "
               f"only: stopped {s['stopped']}/{s['n']}, saved {s['saved_mean']:.1%} of steps, "
-              f"mean loss {s['loss_mean'] * 100:.2f} points, worst {s['loss_max'] * 100:.2f} "
+              f"mean loss {s['loss_mean'] * 100:.2f} points, {s['share_over_max']:.1%} of runs "
+              f"lose > {TARGET_MAX_LOSS * 100:.0f} points, worst {s['loss_max'] * 100:.2f} "
               'points.']
   if stop['default_summary']:
     s = stop['default_summary']
     lines += [f"- Default setting {stop['default']} on every run: stopped {s['stopped']}/"
               f"{s['n']}, saved {s['saved_mean']:.1%}, mean loss {s['loss_mean'] * 100:.2f} "
-              f"points, worst {s['loss_max'] * 100:.2f} points."]
+              f"points, {s['share_over_max']:.1%} of runs lose > "
+              f"{TARGET_MAX_LOSS * 100:.0f} points, worst {s['loss_max'] * 100:.2f} points."]
   if stop['oracle_worst_loss'] is not None:
     lines += ['- Oracle that saves >= '
               f"{TARGET_SAVED:.0%} in every run by stopping at its best such eval (knowing the "
