@@ -130,10 +130,15 @@ def reading_noise(run: RunRecord) -> float | None:
 
 
 def noise_floor(run: RunRecord) -> float | None:
-  """E|N(0, sigma^2)| = sigma·sqrt(2/pi): what even a forecaster that knew the smooth trend
-  would miss the final reading by, from the reading's own noise."""
+  """sigma·sqrt(2/pi)/sqrt(k) = E|mean of k N(0, sigma^2)|, k the readings in the final
+  window: what even a forecaster that knew the smooth trend would miss the final value by,
+  from the readings' own noise (independent readings assumed: a lower bound when the last
+  readings are a few steps apart)."""
   sigma = reading_noise(run)
-  return None if sigma is None else sigma * np.sqrt(2 / np.pi)
+  if sigma is None:
+    return None
+  window = run.steps >= run.steps[-1] - ACTUAL_FINAL_WINDOW * run.total_steps
+  return sigma * np.sqrt(2 / np.pi) / np.sqrt(max(int(window.sum()), 1))
 
 
 def above_late_level(run: RunRecord) -> float | None:
@@ -447,9 +452,10 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
       'run of its regime with its seed (the comparison arms of one seed share their start and '
       'their curve until they diverge). Actual final = mean over the last 5% of the run (see '
       'the definition check below). Flat = mean of the last third of the observed points '
-      '("stays where it is"). Noise floor = mean over runs of sigma·sqrt(2/pi), sigma the '
-      "run's per-reading noise from second differences of its curve (a robust estimate: it "
-      'ignores the rare deep dips). Late-level oracle = mean |final - mean of the readings '
+      '("stays where it is"). Noise floor = mean over runs of sigma·sqrt(2/pi)/sqrt(k), sigma '
+      "the run's per-reading noise from second differences of its curve (a robust estimate: it "
+      'ignores the rare deep dips), k the readings in the final window (taken as independent). '
+      'Late-level oracle = mean |final - mean of the readings '
       "from 50% of the run to the final window|: the error of a forecaster that already knew "
       "the run's own late level, i.e. the scatter of the final value itself.", '',
       '## Forecast of the final value from the first '
