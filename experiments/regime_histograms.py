@@ -209,7 +209,8 @@ def sft_probe(regime: str, every: int, pool_limit: int, steps: int = 0, lr: floa
   sampler = Sampler(cfg, mesh, shardings, rows=256, max_prompt_len=s.max_prompt_len,
                     max_new_tokens=s.max_new_tokens, stop_ids=tok.stop_token_ids,
                     pad_id=tok.pad_id, bos_id=tok.bos_id, min_prompt_bucket=s.min_prompt_bucket)
-  examples = ws.sft_examples(train_q, tok, config.data, s.max_prompt_len, s.max_new_tokens)
+  sft_pool = ws.sft_queries(train_q, config.warm_start, config.data.min_digits)
+  examples = ws.sft_examples(sft_pool, tok, config.data, s.max_prompt_len, s.max_new_tokens)
   start = time.time()
   tmp = f'/tmp/sft_probe_{os.getpid()}.jsonl'
 
