@@ -260,6 +260,8 @@ def test_trend_rule_confirmation_and_peak_tolerance_by_hand():
                          **options) == 70
   assert trend_stop_step(steps, values, 100, confirm_evals=2, peak_tolerance=0.05,
                          **options) == 60
+  assert trend_stop_step(steps, values, 100, confirm_evals=2, peak_tolerance=math.inf,
+                         **options) == 60  # inf: no guard
   # The step-0 reading does not count as a peak: a run that starts high can still stop.
   start_high = np.r_[0.9, np.full(10, 0.5)]
   assert trend_stop_step(steps, start_high, 100, peak_tolerance=0.0, **options) == 50
@@ -427,6 +429,7 @@ def test_config_check_names_a_bad_early_stop_setting_before_compute():
   config.train.early_stop.update(rule='trend', window_fraction=0.0)
   with pytest.raises(ValueError, match='train.early_stop.window_fraction=0.0'):
     config_check.check_config(config)
+
 
 
 def test_shipped_calibration_set_gives_finite_intervals_for_each_metric():

@@ -98,9 +98,9 @@ def trend_stop_step(steps: Sequence[float], values: Sequence[float], total_steps
   At each logged step s >= min_fraction·total_steps, with at least `min_points` points in
   the window, the trend is flat when `trend_gain` < epsilon (a falling line is flat). The
   rule stops once the trend has been flat at `confirm_evals` consecutive evals and, with a
-  `peak_tolerance`, only at an eval no more than that below the best eval so far (steps > 0):
-  a user keeps the checkpoint at the stop step, and stops on a reading below its run's
-  level were what lost most.
+  `peak_tolerance` (None or inf: no guard), only at an eval no more than that below the
+  best eval so far (steps > 0). A user keeps the checkpoint at the stop step, and stops on
+  a reading below its run's level were what lost most.
   """
   check_trend_options(total_steps, min_fraction, window_fraction, epsilon)
   check_confirm_options(confirm_evals, peak_tolerance)
