@@ -21,7 +21,8 @@ Point predictors (`PREDICTORS`), each fitted on calibration runs only:
   METHOD_SHRINKAGE) for k such runs. With MIN_REGIME_DRIFT_RECORDS to
   MIN_REGRESSION_RECORDS - 1 runs of the regime, and otherwise over every calibration run:
   flat + s·median((final - flat)/s) with s = `residual_scale` (moves of runs at other
-  levels, rescaled to this run's).
+  levels, rescaled to this run's). A regime's runs count only when the run's flat level is
+  `within_support` of theirs.
 
 Scores are normalised (Lei et al. 2018): each residual is divided by a scale known before
 the run ends, sqrt(p(1 - p)) of the flat level p for accuracies and rewards (floored at
@@ -75,6 +76,12 @@ MIN_REGIME_DRIFT_RECORDS = 4
 # pooled: a method offset estimated from k runs is shrunk by k / (k + METHOD_SHRINKAGE)
 # (pseudo-runs at offset 0: the method's effect is not known better than the run noise).
 METHOD_SHRINKAGE = 4.0
+# A regime's runs calibrate a run only when its flat level lies within their flat levels'
+# range widened by this fraction of the range on each side (at least MIN_SUPPORT_MARGIN):
+# a run outside it (e.g. a regime retuned since the calibration set was built) is not
+# shrunk towards a level its regime no longer has.
+SUPPORT_MARGIN = 1.0
+MIN_SUPPORT_MARGIN = 0.02
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,9 +221,22 @@ def scaled_drift(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> f
   return target.flat + residual_scale(target) * float(np.median(moves))
 
 
+def within_support(flat: float, records: Sequence[PrefixFeatures]) -> bool:
+  """Whether `flat` lies within the records' flat levels' range, widened on each side by
+  SUPPORT_MARGIN of the range (at least MIN_SUPPORT_MARGIN)."""
+  if not records:
+    return False
+  flats = [record.flat for record in records]
+  low, high = min(flats), max(flats)
+  margin = max(SUPPORT_MARGIN * (high - low), MIN_SUPPORT_MARGIN)
+  return low - margin <= flat <= high + margin
+
+
 def predict_pooled(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> float:
   known = [record for record in records if record.actual is not None]
   regime = [record for record in known if target.regime and record.regime == target.regime]
+  if not within_support(target.flat, regime):
+    regime = []
   if len(regime) >= MIN_REGRESSION_RECORDS:
     a, b = shrinkage_line(regime)
     same_method = [i for i, record in enumerate(regime)
@@ -295,10 +315,12 @@ class CalibrationSet:
     return CalibrationSet(kept, self.source)
 
   def select(self, metric: str, observe_fraction: float, method: str | None = None,
-             regime: str = '') -> tuple[list[PrefixFeatures], str]:
+             regime: str = '', flat: float | None = None
+             ) -> tuple[list[PrefixFeatures], str]:
     """Finished records of `metric` at the fraction nearest `observe_fraction`; of `regime`
-    when there are MIN_POOL_RECORDS of them, else of `method` when there are
-    MIN_METHOD_RECORDS. Returns (records, description)."""
+    when there are MIN_POOL_RECORDS of them (and, given the run's `flat` level, it is
+    `within_support` of theirs), else of `method` when there are MIN_METHOD_RECORDS.
+    Returns (records, description)."""
     usable = [r for r in self.records if r.metric == metric and r.actual is not None]
     if not usable:
       return [], f'no calibration runs for {metric}'
@@ -307,6 +329,13 @@ class CalibrationSet:
     usable = [r for r in usable if r.observe_fraction == nearest]
     same_regime = [r for r in usable if regime and r.regime == regime]
     own = [r for r in usable if method is not None and r.method == method]
+    note = ''
+    if (len(same_regime) >= MIN_POOL_RECORDS and flat is not None
+        and not within_support(flat, same_regime)):
+      flats = [r.flat for r in same_regime]
+      note = (f' (not of regime {regime}: the run\'s flat level {flat:.3f} is outside its '
+              f'runs\' {min(flats):.3f}-{max(flats):.3f})')
+      same_regime = []
     if len(same_regime) >= MIN_POOL_RECORDS:
       usable, which = same_regime, f'runs of regime {regime}'
     elif len(own) >= MIN_METHOD_RECORDS:
@@ -314,7 +343,7 @@ class CalibrationSet:
     else:
       which = 'runs of every method'
     return usable, (f'{len(usable)} {which} of {self.source or "the calibration set"}, '
-                    f'{metric} from the first {nearest:g}')
+                    f'{metric} from the first {nearest:g}{note}')
 
   def to_json(self) -> str:
     return json.dumps({'source': self.source,
@@ -355,7 +384,7 @@ def calibrated_forecast(target: PrefixFeatures, calibration: CalibrationSet, *,
   `leave_out_group` no run of its group (the other seeds of its config) either."""
   pool = calibration.without(target.run, target.group if leave_out_group else '')
   records, description = pool.select(target.metric, target.observe_fraction, target.method,
-                                     target.regime)
+                                     target.regime, target.flat)
   point = get_predictor(predictor)(target, records)
   bounds = METRIC_BOUNDS.get(target.metric, (-math.inf, math.inf))
   point = float(np.clip(point, *bounds))
