@@ -211,22 +211,28 @@ def test_pooled_predictor_by_hand(monkeypatch):
 
 
 def test_a_run_outside_its_regimes_levels_is_not_shrunk_towards_them():
-  from sgpo_jax.scaling_law.calibration import within_support
-  records = [_record(f'r{i}', 0.60 + 0.01 * i, 0.70, regime='r') for i in range(10)]
-  # Flats 0.60-0.69: margin max(1.0 * 0.09, 0.02) = 0.09 -> support 0.51-0.78.
-  assert within_support(0.52, records) and within_support(0.77, records)
-  assert not within_support(0.50, records) and not within_support(0.79, records)
-  assert within_support(0.615, records[:2])  # one-step range: the 0.02 floor, 0.58-0.63
-  assert not within_support(0.635, records[:2])
-  # A retuned regime starting at 0.30: the regime's 0.70 is not its forecast; every run
-  # moved +0.01 to +0.10 (median 0.055 on scale ~0.48), rescaled to its level.
-  target = _record('t', 0.30, None, regime='r')
-  assert predict_pooled(target, records) == pytest.approx(scaled_drift(target, records))
+  import dataclasses
+  from sgpo_jax.scaling_law.calibration import matches_regime, within_range
+  # Range 0.60-0.69: margin max(1.0 * 0.09, 0.02) = 0.09 -> 0.51-0.78.
+  flats = [0.60 + 0.01 * i for i in range(10)]
+  assert within_range(0.52, flats) and within_range(0.77, flats)
+  assert not within_range(0.50, flats) and not within_range(0.79, flats)
+  assert within_range(0.615, flats[:2]) and not within_range(0.635, flats[:2])  # 0.02 floor
+  records = [dataclasses.replace(_record(f'r{i}', flat, 0.70, regime='r'), initial=0.63)
+             for i, flat in enumerate(flats)]
+  # Same flat level, but a different initial policy (0.78 vs 0.63 +- 0.02): not this regime.
+  retuned = dataclasses.replace(_record('t', 0.65, None, regime='r'), initial=0.78)
+  assert not matches_regime(retuned, records)
+  assert matches_regime(dataclasses.replace(retuned, initial=0.64), records)
+  assert matches_regime(dataclasses.replace(retuned, initial=None), records)  # old records
+  # Not shrunk towards the regime's 0.70: the scaled median move of every run instead.
+  assert predict_pooled(retuned, records) == pytest.approx(scaled_drift(retuned, records))
   calibration = CalibrationSet(records, 'set')
-  selected, description = calibration.select('eval_accuracy', 0.3, 'grpo', 'r', flat=0.30)
-  assert 'not of regime r' in description and 'outside' in description
-  assert calibration.select('eval_accuracy', 0.3, 'grpo', 'r', flat=0.65)[1].startswith(
-      '10 runs of regime r')
+  _, description = calibration.select('eval_accuracy', 0.3, 'grpo', 'r', target=retuned)
+  assert 'not of regime r' in description
+  _, description = calibration.select('eval_accuracy', 0.3, 'grpo', 'r',
+                                      target=dataclasses.replace(retuned, initial=0.63))
+  assert description.startswith('10 runs of regime r')
 
 
 def test_calibrated_forecast_with_pooled_never_sees_its_run():

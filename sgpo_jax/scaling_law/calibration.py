@@ -21,8 +21,8 @@ Point predictors (`PREDICTORS`), each fitted on calibration runs only:
   METHOD_SHRINKAGE) for k such runs. With MIN_REGIME_DRIFT_RECORDS to
   MIN_REGRESSION_RECORDS - 1 runs of the regime, and otherwise over every calibration run:
   flat + s·median((final - flat)/s) with s = `residual_scale` (moves of runs at other
-  levels, rescaled to this run's). A regime's runs count only when the run's flat level is
-  `within_support` of theirs.
+  levels, rescaled to this run's). A regime's runs count only when the run
+  `matches_regime`: its first reading and flat level lie within their range.
 
 Scores are normalised (Lei et al. 2018): each residual is divided by a scale known before
 the run ends, sqrt(p(1 - p)) of the flat level p for accuracies and rewards (floored at
@@ -102,6 +102,7 @@ class PrefixFeatures:
   actual: float | None  # final value (mean of the last 5% of steps); None while running
   group: str = ''  # runs sharing a group (e.g. the seeds of one config) are held out together
   regime: str = ''  # runs of one task, model and budget: the preferred calibration pool
+  initial: float | None = None  # first reading (the initial policy's, for eval_accuracy)
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -144,7 +145,8 @@ def prefix_features(run: Any, observe_fraction: float, *, forms: Sequence[str] =
       run=run.name, metric=run.metric, method=run.method, observe_fraction=observe_fraction,
       total_steps=int(run.total_steps), observed_until_step=float(run.steps[seen][-1]),
       n_observed=int(seen.sum()), flat=flat_level(run.values[seen]), curve=curve, form=form,
-      actual=float(run.actual_final) if run.finished else None, group=group, regime=regime)
+      actual=float(run.actual_final) if run.finished else None, group=group, regime=regime,
+      initial=float(run.values[0]))
 
 
 # A predictor: (target, calibration records) -> point forecast.
@@ -221,21 +223,32 @@ def scaled_drift(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> f
   return target.flat + residual_scale(target) * float(np.median(moves))
 
 
-def within_support(flat: float, records: Sequence[PrefixFeatures]) -> bool:
-  """Whether `flat` lies within the records' flat levels' range, widened on each side by
+def within_range(value: float, values: Sequence[float]) -> bool:
+  """Whether `value` lies within the range of `values`, widened on each side by
   SUPPORT_MARGIN of the range (at least MIN_SUPPORT_MARGIN)."""
-  if not records:
+  if len(values) == 0:
     return False
-  flats = [record.flat for record in records]
-  low, high = min(flats), max(flats)
+  low, high = min(values), max(values)
   margin = max(SUPPORT_MARGIN * (high - low), MIN_SUPPORT_MARGIN)
-  return low - margin <= flat <= high + margin
+  return low - margin <= value <= high + margin
+
+
+def matches_regime(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> bool:
+  """Whether `target` looks like a run of the regime `records` come from: its flat level,
+  and its first reading when all of them have one (runs of one regime share their initial
+  policy), are `within_range` of theirs."""
+  if not records or not within_range(target.flat, [record.flat for record in records]):
+    return False
+  initials = [record.initial for record in records]
+  if target.initial is None or any(value is None for value in initials):
+    return True
+  return within_range(target.initial, initials)
 
 
 def predict_pooled(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> float:
   known = [record for record in records if record.actual is not None]
   regime = [record for record in known if target.regime and record.regime == target.regime]
-  if not within_support(target.flat, regime):
+  if not matches_regime(target, regime):
     regime = []
   if len(regime) >= MIN_REGRESSION_RECORDS:
     a, b = shrinkage_line(regime)
@@ -315,11 +328,11 @@ class CalibrationSet:
     return CalibrationSet(kept, self.source)
 
   def select(self, metric: str, observe_fraction: float, method: str | None = None,
-             regime: str = '', flat: float | None = None
+             regime: str = '', target: PrefixFeatures | None = None
              ) -> tuple[list[PrefixFeatures], str]:
     """Finished records of `metric` at the fraction nearest `observe_fraction`; of `regime`
-    when there are MIN_POOL_RECORDS of them (and, given the run's `flat` level, it is
-    `within_support` of theirs), else of `method` when there are MIN_METHOD_RECORDS.
+    when there are MIN_POOL_RECORDS of them (and, given a `target` run, it
+    `matches_regime`), else of `method` when there are MIN_METHOD_RECORDS.
     Returns (records, description)."""
     usable = [r for r in self.records if r.metric == metric and r.actual is not None]
     if not usable:
@@ -330,11 +343,10 @@ class CalibrationSet:
     same_regime = [r for r in usable if regime and r.regime == regime]
     own = [r for r in usable if method is not None and r.method == method]
     note = ''
-    if (len(same_regime) >= MIN_POOL_RECORDS and flat is not None
-        and not within_support(flat, same_regime)):
-      flats = [r.flat for r in same_regime]
-      note = (f' (not of regime {regime}: the run\'s flat level {flat:.3f} is outside its '
-              f'runs\' {min(flats):.3f}-{max(flats):.3f})')
+    if (len(same_regime) >= MIN_POOL_RECORDS and target is not None
+        and not matches_regime(target, same_regime)):
+      note = (f' (not of regime {regime}: the run\'s first reading or flat level is outside '
+              'the range of its runs\'; was the regime retuned?)')
       same_regime = []
     if len(same_regime) >= MIN_POOL_RECORDS:
       usable, which = same_regime, f'runs of regime {regime}'
@@ -384,7 +396,7 @@ def calibrated_forecast(target: PrefixFeatures, calibration: CalibrationSet, *,
   `leave_out_group` no run of its group (the other seeds of its config) either."""
   pool = calibration.without(target.run, target.group if leave_out_group else '')
   records, description = pool.select(target.metric, target.observe_fraction, target.method,
-                                     target.regime, target.flat)
+                                     target.regime, target)
   point = get_predictor(predictor)(target, records)
   bounds = METRIC_BOUNDS.get(target.metric, (-math.inf, math.inf))
   point = float(np.clip(point, *bounds))
