@@ -166,6 +166,8 @@ def forecast_table(runs: list[dict[str, Any]], key: str, fraction: float,
              if (run['name'], key, fraction) in features]
   calibration = CalibrationSet(records, 'validation runs')
   seed_groups = {run['name']: run['seed_group'] for run in runs}
+  by_seed = CalibrationSet([dataclasses.replace(record, group=seed_groups[record.run])
+                            for record in records], calibration.source)
   rows = []
   for run, record in ((run, features[(run['name'], key, fraction)]) for run in runs
                       if (run['name'], key, fraction) in features):
@@ -187,16 +189,42 @@ def forecast_table(runs: list[dict[str, Any]], key: str, fraction: float,
                                confidence=CONFIDENCE, leave_out_group=True)
     row['group_out_err'] = abs(held.predicted_final - record.actual)
     row['group_out_covered'] = interval_contains(held.interval, record.actual)
-    # Seed group out: every run of the run's regime with its seed (arms sharing its start).
-    others = CalibrationSet([other for other in records
-                             if seed_groups.get(other.run) != run['seed_group']],
-                            calibration.source)
-    held = calibrated_forecast(record, others, predictor=DEFAULT_PREDICTOR,
-                               confidence=CONFIDENCE)
+    # Seed group out: every run of the run's regime with its seed (arms sharing its start),
+    # its conformal scores seed-group-out too (the groups relabelled by seed).
+    held = calibrated_forecast(dataclasses.replace(record, group=run['seed_group']),
+                               by_seed, predictor=DEFAULT_PREDICTOR, confidence=CONFIDENCE,
+                               leave_out_group=True)
     row['seed_out_err'] = abs(held.predicted_final - record.actual)
     row['seed_out_covered'] = interval_contains(held.interval, record.actual)
     row['oracle_err'] = oracle_error(source)
     rows.append(row)
+  return rows
+
+
+def transfer_table(run_dirs: list[Path], fraction: float,
+                   features: dict[tuple[str, str, float], Any]) -> list[dict[str, Any]]:
+  """Eval forecasts of finished `run_dirs` from the validation runs' features only (flat
+  and the default predictor), each run's regime from its config.json (as in the CLI)."""
+  calibration = CalibrationSet([record for (_, key, at), record in features.items()
+                                if key == 'eval' and at == fraction], 'validation runs')
+  rows = []
+  for run_dir in run_dirs:
+    if not (run_dir / 'summary.json').exists():
+      continue
+    run = load_run(run_dir, 'eval_accuracy')
+    # Named with the folder above too: a retuned sweep reuses the old runs' names.
+    run.name = f'{run_dir.resolve().parent.parent.name}/{run_key(run_dir)}'
+    with warnings.catch_warnings():
+      warnings.simplefilter('ignore')
+      record = prefix_features(run, fraction)
+    result = calibrated_forecast(record, calibration, confidence=CONFIDENCE)
+    rows.append({'run': record.run, 'regime': record.regime, 'initial': record.initial,
+                 'flat': record.flat, 'predicted': result.predicted_final,
+                 'interval': list(result.interval), 'actual': record.actual,
+                 'flat_err': abs(record.flat - record.actual),
+                 'err': abs(result.predicted_final - record.actual),
+                 'covered': interval_contains(result.interval, record.actual),
+                 'calibration': result.calibration})
   return rows
 
 
@@ -450,7 +478,8 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
       'is leave-one-run-out: the predictor and its conformal interval are fitted on the other '
       'runs only; "group out" leaves out every seed of the run\'s config; "seed out" every '
       'run of its regime with its seed (the comparison arms of one seed share their start and '
-      'their curve until they diverge). Actual final = mean over the last 5% of the run (see '
+      'their curve until they diverge); their conformal scores leave the same groups out. '
+      'Actual final = mean over the last 5% of the run (see '
       'the definition check below). Flat = mean of the last third of the observed points '
       '("stays where it is"). Noise floor = mean over runs of sigma·sqrt(2/pi)/sqrt(k), sigma '
       "the run's per-reading noise from second differences of its curve (a robust estimate: it "
@@ -476,6 +505,20 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
                  + f"{_fmt(summary['group_out_mae'])} | {_fmt(summary['group_out_coverage'], 2)} | "
                  + f"{_fmt(summary['seed_out_mae'])} | {_fmt(summary['seed_out_coverage'], 2)} | "
                  + f"{_fmt(summary['noise_floor'])} | {_fmt(summary['oracle_mae'])} |")
+  if result['transfer']:
+    rows = result['transfer']
+    lines += ['', '## Runs of a retuned regime (transfer, eval_accuracy)', '',
+              f"{len(rows)} finished runs given with `--transfer`, forecast from the validation "
+              'runs above only (none of them calibrates anything), their regime read from '
+              f"config.json as the CLI does. Mean |error|: flat {np.mean([r['flat_err'] for r in rows]):.3f}, "
+              f"`{DEFAULT_PREDICTOR}` {np.mean([r['err'] for r in rows]):.3f}; the "
+              f"{CONFIDENCE:.0%} interval held {sum(r['covered'] for r in rows)}/{len(rows)}.", '',
+              '| run | regime (config) | first reading | flat | predicted | interval | actual | '
+              '|err| | calibrated on |', '|---|---|---|---|---|---|---|---|---|']
+    for row in rows:
+      lines.append(f"| {row['run']} | {row['regime']} | {_fmt(row['initial'])} | "
+                   f"{_fmt(row['flat'])} | {_fmt(row['predicted'])} | {_fmt(row['interval'])} | "
+                   f"{_fmt(row['actual'])} | {_fmt(row['err'])} | {row['calibration']} |")
   lines += ['', '## Definition of "final" (eval_accuracy)', '',
             'The final value is the mean of the readings in the last 5% of the run. With evals '
             'every 10-12 steps that window holds one reading in some runs and two in others. '
@@ -623,6 +666,10 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument('--out', type=Path, default=DEFAULT_OUT)
   parser.add_argument('--write-calibration', action='store_true',
                       help=f'also write the CLI calibration set to {CALIBRATION_PATH}')
+  parser.add_argument('--transfer', nargs='+', type=Path, default=[], metavar='RUN_DIR',
+                      help='finished runs to forecast from the RUN_DIRs alone (none of them '
+                           'calibrates anything), e.g. a regime retuned since: its regime is '
+                           "read from each run's config.json, as the CLI does")
   args = parser.parse_args(argv)
   start = time.time()
   runs = load_runs([path for path in args.run_dirs if path.is_dir()])
@@ -686,6 +733,7 @@ def main(argv: list[str] | None = None) -> int:
       'forecast_summaries': summaries, 'forecast_rows': forecast_rows,
       'early_stop': early_stop_study(runs), 'form_tally': form_tally, 'form_rows': form_rows,
       'definition_check': definition_check(runs, args.observe_fraction, features),
+      'transfer': transfer_table(args.transfer, args.observe_fraction, features),
   }
   args.out.mkdir(parents=True, exist_ok=True)
   path = write_report(result, args.out)
