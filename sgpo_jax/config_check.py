@@ -235,6 +235,8 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
   _require(0 < es.confidence < 1,
            f'train.early_stop.confidence={es.confidence} must be in (0, 1).')
   _choice('train.early_stop.rule', es.rule, ('forecast', 'trend'))
+  _require(0 < es.window_fraction <= 1,
+           f'train.early_stop.window_fraction={es.window_fraction} must be in (0, 1].')
   fractions = tuple(config.warm_start.level_fractions)
   levels = d.max_digits - d.min_digits + 1
   _require(not fractions or d.source == 'arithmetic',
