@@ -299,3 +299,20 @@ def test_runs_of_another_regime_definition_are_left_out(tmp_path):
     (path / 'config.json').write_text(json.dumps(config))
   runs = compare.finished_runs(str(tmp_path), 'r', ['grpo', 'dapo'], [0, 1], log=lambda m: None)
   assert [os.path.basename(w) for w in runs['dapo']] == ['dapo_seed0']  # cache_dir may differ
+
+
+def test_a_run_locked_by_another_sweep_process_is_skipped_not_rerun(tmp_path):
+  """Two sweep processes over one runs dir: the second skips a run the first is running."""
+  import fcntl
+  entry = {'regime': 'paper_like', 'name': 'grpo_seed0', 'overrides': {'method': 'grpo'}}
+  workdir = tmp_path / 'paper_like' / 'grpo_seed0'
+  workdir.mkdir(parents=True)
+  logs = []
+  with open(workdir / compare.RUN_LOCK, 'w') as held:
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    # A lock held through another open file description blocks, as another process's would.
+    assert compare.run_one(entry, str(tmp_path), '/nonexistent-code-dir', logs.append) is None
+  assert 'another sweep process is running it' in logs[-1]
+  assert not (workdir / 'stdout.log').exists()  # nothing was started
+  (workdir / 'summary.json').write_text('{}')  # finished: reported done, not rerun
+  assert compare.run_one(entry, str(tmp_path), '/nonexistent-code-dir', logs.append) is True
