@@ -237,6 +237,11 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
   _choice('train.early_stop.rule', es.rule, ('forecast', 'trend'))
   _require(0 < es.window_fraction <= 1,
            f'train.early_stop.window_fraction={es.window_fraction} must be in (0, 1].')
+  _require(es.confirm_evals >= 1,
+           f'train.early_stop.confirm_evals={es.confirm_evals} must be >= 1 (1 = stop at the '
+           'first flat eval).')
+  _require(es.peak_tolerance >= 0,
+           f'train.early_stop.peak_tolerance={es.peak_tolerance} must be >= 0 (inf = off).')
   fractions = tuple(config.warm_start.level_fractions)
   levels = d.max_digits - d.min_digits + 1
   _require(not fractions or d.source == 'arithmetic',

@@ -240,6 +240,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.early_stop.min_fraction = 0.5  # never stop before this fraction of the run
   c.train.early_stop.window_fraction = 0.3  # trend: evals of this last fraction of the run
   c.train.early_stop.confidence = 0.9  # forecast only
+  c.train.early_stop.confirm_evals = 1  # trend: flat at this many evals in a row
+  # trend: stop only at an eval at most this far below the best eval so far (inf = off;
+  # 0.02 is the held-out-tuned value in experiments/results/scaling_law_calibrated.md)
+  c.train.early_stop.peak_tolerance = float('inf')
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every_steps = 50

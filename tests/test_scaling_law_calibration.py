@@ -454,6 +454,14 @@ def test_config_check_names_a_bad_early_stop_setting_before_compute():
   config.train.early_stop.update(rule='trend', window_fraction=0.0)
   with pytest.raises(ValueError, match='train.early_stop.window_fraction=0.0'):
     config_check.check_config(config)
+  config.train.early_stop.update(window_fraction=0.3, confirm_evals=0)
+  with pytest.raises(ValueError, match='train.early_stop.confirm_evals=0 must be >= 1'):
+    config_check.check_config(config)
+  config.train.early_stop.update(confirm_evals=2, peak_tolerance=-0.01)
+  with pytest.raises(ValueError, match='train.early_stop.peak_tolerance=-0.01 must be >= 0'):
+    config_check.check_config(config)
+  config.train.early_stop.update(peak_tolerance=0.02)
+  config_check.check_config(config)  # the held-out-tuned setting is accepted
 
 
 
