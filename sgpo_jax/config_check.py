@@ -97,6 +97,13 @@ def check_sgpo_bayes(s: Mapping[str, Any]) -> None:
   _require(0.0 <= s['revisit_floor'] <= s['revisit_base'] <= 1.0,
            f"need 0 <= sgpo_bayes.revisit_floor ({s['revisit_floor']}) <= "
            f"sgpo_bayes.revisit_base ({s['revisit_base']}) <= 1.")
+  for flag in ('post_filter', 'profile'):
+    _require(isinstance(s[flag], bool),
+             f'sgpo_bayes.{flag}={s[flag]!r} must be True or False.')
+  _require(isinstance(s['max_rounds'], int) and not isinstance(s['max_rounds'], bool)
+           and s['max_rounds'] >= 1,
+           f"sgpo_bayes.max_rounds={s['max_rounds']!r} must be an integer >= 1 (training "
+           'rollout rounds per batch; 1 = no refill).')
 
 
 # Every allocator's config section and its range checks; config.method must name one.

@@ -171,6 +171,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sgpo_bayes.revisit_floor = 0.02
   c.sgpo_bayes.revisit_target = 0.3  # base adapts toward this share of revisits coming back
   c.sgpo_bayes.revisit_step = 0.05
+  c.sgpo_bayes.post_filter = True  # drop all-equal groups after rollout, refill (DAPO rounds)
+  c.sgpo_bayes.max_rounds = 4  # post_filter: training rollout rounds per batch, then padded
+  c.sgpo_bayes.profile = True  # adaptive profile before a prompt's first training group
 
   c.grpo = ml_collections.ConfigDict()
   c.grpo.group_size = 8

@@ -66,7 +66,9 @@ def test_profile_settles_trivial_and_unsolved_and_trains_coin_prompts_at_min_g()
   assert all(kinds[q] == COIN for q in queries)
   # Expected informative groups per row favour new prompts at G = 4 over growing to 8.
   assert sizes == [4] * 4 and filled.layout.num_valid_rows == 16
-  assert filled.info == {'rounds': len(calls), 'profile_rounds': len(calls) - 1}
+  assert filled.info == {'rounds': len(calls), 'profile_rounds': len(calls) - 1,
+                         'train_rounds': 1, 'dapo_dropped_groups': 0, 'dapo_kept_groups': 4,
+                         'dapo_discarded_rows': 0}
   # Profiling rounds are generation-only calls charged as 'profile', then one rollout.
   assert [c for c, _ in calls][-1] == 'rollout'
   assert all(c == 'profile' for c, _ in calls[:-1]) and len(calls) > 1
@@ -92,12 +94,17 @@ def test_trained_prompt_that_turns_trivial_is_deprioritised_and_revisited_later(
   assert summary['revisits'] == st.revisits
 
 
-def test_everything_trivial_still_fills_batches():
-  alloc = make(num_queries=8, rows=8)
+@pytest.mark.parametrize('post_filter', [False, True])
+def test_everything_trivial_still_fills_batches(post_filter):
+  alloc = make(num_queries=8, rows=8, post_filter=post_filter)
   calls = []
   for _ in range(4):
     filled = alloc.fill_batch(fake_rollout(alloc, [TRIVIAL] * 8, calls))
-    assert len(plan_of(filled)[0]) >= 1 and filled.layout.num_valid_rows <= 8
+    if post_filter:  # every group all-equal: max_rounds rounds rolled out, all padding
+      assert filled.info['train_rounds'] == 4 and filled.layout.num_valid_rows == 0
+      assert filled.info['dapo_dropped_groups'] == 8 and filled.info['dapo_kept_groups'] == 0
+    else:
+      assert len(plan_of(filled)[0]) >= 1 and filled.layout.num_valid_rows <= 8
   assert (alloc.state.status == CANDIDATE).sum() == 0
 
 
