@@ -47,6 +47,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep  # noqa: E402
 
+sys.path.insert(0, sweep.REPO)
+from sgpo_jax import default_config  # noqa: E402
+
 REPO = sweep.REPO
 RESULTS = os.path.join(REPO, 'experiments', 'results')
 GRID_POINTS = 50
@@ -405,13 +408,28 @@ def regime_facts(runs: dict[str, list[str]], config: dict[str, Any]) -> dict[str
   return facts
 
 
+def _as_json(value: Any) -> Any:
+  return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def _without_defaults(name: str, section: dict[str, Any]) -> dict[str, Any]:
+  """config.<name> minus the fields at this version's default: a field a later version
+  added (absent from an older run's config.json, which behaved as its default) then leaves
+  the signature alone; a field set away from its default still counts."""
+  defaults = _as_json(default_config.get_config()[name].to_dict())
+  return {k: v for k, v in _as_json(section).items() if k not in defaults or v != defaults[k]}
+
+
 def regime_signature(config: dict[str, Any]) -> str:
   """What makes runs comparable: the pool, eval set, initial policy, budget and batch shape
   (the runs dir is shared across code versions; a run of another definition is left out)."""
   ws = {k: v for k, v in config['warm_start'].items() if k != 'cache_dir'}
-  sig = {'data': config['data'], 'model': config['model'], 'warm_start': ws,
+  sig = {'data': _without_defaults('data', config['data']),
+         'model': _without_defaults('model', config['model']),
+         'warm_start': _without_defaults('warm_start', ws),
          'budget': config['train']['flops_budget'],
-         'rows': config['train']['rows_per_batch'], 'eval': config['eval']}
+         'rows': config['train']['rows_per_batch'],
+         'eval': _without_defaults('eval', config['eval'])}
   return json.dumps(sig, sort_keys=True, default=str)
 
 

@@ -166,3 +166,129 @@ def test_short_epoch_tops_up_with_fewest_skips_not_the_whole_pool():
   assert sorted(st.candidates) == [0, 1]
   assert sorted(st.in_flight) == list(range(10, 16))  # 8 - 2 candidates, fewest skips
   assert st.revisits == 6 and st.visits_since_draw == 0
+
+
+# -- v2: post-rollout filter + refill, optional profile, spare probe rows ----------------
+
+
+def scripted_rollout(rewards_by_call, calls):
+  """Round k of the step gets rewards_by_call[k] (a dict query -> list of per-row rewards,
+  consumed in row order); records (category, round_index, valid rows) per call."""
+  it = iter(rewards_by_call)
+
+  def rollout_fn(layout, round_index=None, category='rollout'):
+    script = {q: list(v) for q, v in next(it).items()}
+    rewards = np.zeros(layout.rows_per_batch, np.float32)
+    for r in np.flatnonzero(layout.valid_R):
+      rewards[r] = script[int(layout.row_query_index_R[r])].pop(0)
+    calls.append((category, round_index, int(layout.valid_R.sum())))
+    n = layout.rows_per_batch
+    return Rollout(np.arange(n)[:, None].astype(np.int32) + 100 * len(calls),
+                   np.ones((n, 1), np.int32), np.zeros((n, 1), np.float32), rewards,
+                   layout.row_query_index_R)
+  return rollout_fn
+
+
+def test_post_filter_keeps_informative_groups_that_fit_and_updates_every_posterior():
+  alloc = make(num_queries=8, rows=8, profile=False, evidence_decay=1.0)
+  st = alloc.state
+  plan = allocators.BatchPlan(np.array([5, 6, 7]), np.array([4, 4, 4], np.int32), 'bayes')
+  layout = plan.rows(12)  # a 12-row layout observed with 8 rows free: 3 groups of 4
+  alloc.rows_per_batch = 12
+  st.status[[5, 6, 7]] = CANDIDATE
+  st.candidates = [5, 6, 7]
+  rewards = np.array([1, 1, 1, 1,  1, 0, 0, 0,  0, 1, 1, 1], np.float32)
+  kept, equal = alloc.observe(plan, rewards, layout, free_rows=4)
+  # Prompt 5: all-equal, dropped (not trained on) but spent for this epoch. Prompt 6:
+  # informative, fits the 4 free rows. Prompt 7: informative, no room left: not spent.
+  assert kept.tolist() == [False, True, False] and equal.tolist() == [True, False, False]
+  assert st.served[[5, 6, 7]].tolist() == [True, True, False] and st.candidates == [7]
+  assert (st.dropped_groups, st.overflow_groups, st.train_groups) == (1, 1, 3)
+  # Every row updates its posterior (decay 1): Jeffreys + counts.
+  assert (st.alpha[5], st.beta[5]) == (4.5, 0.5)
+  assert (st.alpha[6], st.beta[6]) == (1.5, 3.5)
+  assert (st.alpha[7], st.beta[7]) == (3.5, 1.5)
+  # Beta(4.5, 0.5), G = 4: P_inf = 1 - (4.5*5.5*6.5*7.5)/(5*6*7*8) - (.5*1.5*2.5*3.5)/(5*6*7*8)
+  # = 1 - 1206.5625/1680 - 6.5625/1680 = 0.2779 < informative_floor 0.35: deprioritised.
+  assert alloc.informative([5])[0] == pytest.approx(1 - 1213.125 / 1680)
+  assert st.status[5] == DEPRIORITISED and st.skips[5] == 1
+  assert st.status[6] == CANDIDATE and st.skips[6] == 0
+
+
+def test_refill_rounds_drop_all_equal_groups_and_build_one_batch_of_informative_rows():
+  # No profile, 4 prompts in the pool order per round at G = 4 (window 8, rows 16).
+  alloc = make(num_queries=12, rows=16, profile=False, group_sizes=(4,))
+  order = alloc.pool_order.tolist()
+  first, second = order[:4], order[4:8]
+  mixed, same = [1, 0, 0, 0], [1, 1, 1, 1]
+  round0 = {first[0]: same, first[1]: mixed, first[2]: [0] * 4, first[3]: mixed}
+  round1 = {q: mixed for q in second}
+  calls = []
+  filled = alloc.fill_batch(scripted_rollout([round0, round1], calls))
+  # Round 0 keeps 2 groups (8 rows); round 1 plans 4 more prompts (full R rows: the call
+  # costs R rows either way), keeps the 2 that fit, leaves the other 2 candidates.
+  assert [(c, i) for c, i, _ in calls] == [('rollout', 0), ('rollout', 1)]
+  assert filled.info == {'rounds': 2, 'profile_rounds': 0, 'train_rounds': 2,
+                         'dapo_dropped_groups': 2, 'dapo_kept_groups': 4,
+                         'dapo_discarded_rows': 16}
+  queries, sizes = plan_of(filled)
+  assert queries == [first[1], first[3], second[0], second[1]] and sizes == [4] * 4
+  assert filled.layout.num_valid_rows == 16
+  np.testing.assert_array_equal(filled.rollout.rewards_R, mixed * 4)
+  # Rows come from the round they were generated in (the fake tokens encode the call).
+  assert filled.rollout.tokens_RxN[:8, 0].tolist() == [104, 105, 106, 107, 112, 113, 114, 115]
+  assert filled.rollout.tokens_RxN[8:, 0].tolist() == [200, 201, 202, 203, 204, 205, 206, 207]
+  assert alloc.state.candidates[:2] == second[2:]
+  assert alloc.state.overflow_groups == 2 and alloc.state.steps == 1
+
+
+def test_without_post_filter_one_round_trains_every_group():
+  alloc = make(num_queries=12, rows=16, profile=False, group_sizes=(4,), post_filter=False)
+  first = alloc.pool_order[:4].tolist()
+  calls = []
+  filled = alloc.fill_batch(scripted_rollout([{q: [1] * 4 for q in first}], calls))
+  assert filled.info == {'rounds': 1, 'profile_rounds': 0} and len(calls) == 1
+  assert plan_of(filled)[0] == first and alloc.state.dropped_groups == 0
+
+
+def test_probe_samples_use_the_spare_rows_of_the_call():
+  alloc = make(num_queries=8, rows=16)  # profile_max_samples 4
+  alloc.state.probe_n[[0, 1, 2, 3, 4]] = [0, 1, 3, 0, 2]
+  # 16 rows // 5 prompts = 3 each, capped by the samples left before max (4 - n).
+  assert alloc.probe_samples_per_prompt([0, 1, 2, 3, 4]).tolist() == [3, 3, 1, 3, 2]
+  # 16 // 8 = 2 each: prompt 2 has one sample left.
+  assert alloc.probe_samples_per_prompt(list(range(8))).tolist() == [2, 2, 1, 2, 2, 2, 2, 2]
+  # A full round (R prompts in flight): one sample each, the adaptive profile's pace.
+  assert make(num_queries=32, rows=16).probe_samples_per_prompt(list(range(16))).tolist() \
+      == [1] * 16
+
+
+def test_revisit_without_profile_is_a_training_group_and_counts_back_when_informative():
+  alloc = make(num_queries=8, rows=8, profile=False, group_sizes=(4,), revisit_base=1.0,
+               revisit_floor=1.0)
+  st = alloc.state
+  st.frontier = 8
+  st.status[:] = DEPRIORITISED
+  st.skips[:] = 2
+  st.epoch = 1
+  st.visits_since_draw = 8  # one pool pass: revisit probability 1
+  alloc._start_epoch()
+  assert st.revisits == 8 and st.revisiting.all() and st.in_flight == []
+  assert (st.status == CANDIDATE).all()
+  order = alloc.pool_order.tolist()
+  calls = []
+  rounds = [{order[0]: [1, 0, 1, 0], order[1]: [1] * 4}]
+  filled = alloc.fill_batch(scripted_rollout(rounds + [{q: [1, 0, 0, 0] for q in order[2:4]}],
+                                             calls))
+  assert [c for c, _, _ in calls] == ['rollout', 'rollout']  # no probe rounds
+  assert st.revisits_back == 3 and st.revisiting.sum() == 4
+  assert plan_of(filled)[0] == [order[0], order[2]]
+
+
+def test_new_settings_are_range_checked():
+  with pytest.raises(ValueError, match='max_rounds=0'):
+    BayesSettings(max_rounds=0)
+  with pytest.raises(ValueError, match='post_filter=1'):
+    BayesSettings(post_filter=1)
+  with pytest.raises(ValueError, match="profile='no'"):
+    BayesSettings.from_config({'profile': 'no'})

@@ -299,3 +299,14 @@ def test_runs_of_another_regime_definition_are_left_out(tmp_path):
     (path / 'config.json').write_text(json.dumps(config))
   runs = compare.finished_runs(str(tmp_path), 'r', ['grpo', 'dapo'], [0, 1], log=lambda m: None)
   assert [os.path.basename(w) for w in runs['dapo']] == ['dapo_seed0']  # cache_dir may differ
+
+
+def test_a_model_field_added_later_at_its_default_keeps_the_regime():
+  old = {'data': {'num_eval': 2048}, 'model': {'d_model': 128},
+         'warm_start': {'steps': 1500}, 'train': {'flops_budget': 1e12, 'rows_per_batch': 64},
+         'eval': {'every_steps': 12}}
+  new = json.loads(json.dumps(old))
+  new['model']['qk_norm'] = False  # the default: older runs behaved the same
+  assert compare.regime_signature(old) == compare.regime_signature(new)
+  new['model']['qk_norm'] = True
+  assert compare.regime_signature(old) != compare.regime_signature(new)
