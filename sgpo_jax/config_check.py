@@ -104,6 +104,9 @@ def check_sgpo_bayes(s: Mapping[str, Any]) -> None:
            and s['max_rounds'] >= 1,
            f"sgpo_bayes.max_rounds={s['max_rounds']!r} must be an integer >= 1 (training "
            'rollout rounds per batch; 1 = no refill).')
+  _require(s['train_cost_per_row'] >= 0,
+           f"sgpo_bayes.train_cost_per_row={s['train_cost_per_row']} must be >= 0 (0: always "
+           'refill up to max_rounds).')
 
 
 # Every allocator's config section and its range checks; config.method must name one.

@@ -292,3 +292,26 @@ def test_new_settings_are_range_checked():
     BayesSettings(post_filter=1)
   with pytest.raises(ValueError, match="profile='no'"):
     BayesSettings.from_config({'profile': 'no'})
+
+
+@pytest.mark.parametrize('train_cost_per_row,refilled', [(3.5, True), (0.5, False)])
+def test_refill_round_only_when_it_lowers_the_cost_per_informative_row(train_cost_per_row,
+                                                                       refilled):
+  alloc = make(num_queries=12, rows=16, profile=False, group_sizes=(4,),
+               train_cost_per_row=train_cost_per_row)
+  order = alloc.pool_order.tolist()
+  mixed = [1, 0, 0, 0]
+  # Round 0: 3 of 4 groups informative -> 12 of 16 rows. The next round plans 4 unprofiled
+  # prompts at G = 4 (Jeffreys P_inf(4) = 0.4531: 7.25 expected rows, capped at the 4 free).
+  # train 3.5: cost so far (1 + 3.5) * 16 = 72, 6.0 per row; with the round 88 / 16 = 5.5:
+  # refill. train 0.5: (1 + 0.5) * 16 = 24, 2.0 per row; with the round 40 / 16 = 2.5: pad.
+  calls = []
+  filled = alloc.fill_batch(scripted_rollout(
+      [{order[0]: mixed, order[1]: mixed, order[2]: mixed, order[3]: [1] * 4},
+       {q: mixed for q in order[4:8]}], calls))
+  assert len(calls) == (2 if refilled else 1)
+  assert alloc.state.refills_skipped == (0 if refilled else 1)
+  assert filled.layout.num_valid_rows == (16 if refilled else 12)
+  plan = allocators.BatchPlan(np.array(order[4:8]), np.full(4, 4, np.int32), 'bayes')
+  if not refilled:  # the rule the allocator applied, on the plan it would have rolled out
+    assert not alloc.refill_pays(plan, 12, 1)

@@ -19,7 +19,9 @@ What it does per RL batch (`fill_batch`), with the math in `bayes.py`:
    rounds (each a full R-row plan of the next candidates) refill the batch, informative
    groups taken in order while they fit, until R rows are filled or max_rounds rounds ran
    (the rest padded). Every round's rows, dropped or not, are charged as 'rollout'. An
-   informative group that does not fit stays a candidate (its prompt is not spent).
+   informative group that does not fit stays a candidate (its prompt is not spent). A
+   refill round is skipped (the rest padded) when it would raise the batch's expected
+   FLOPs per trained informative row (`bayes.refill_lowers_cost`, train_cost_per_row).
 4. Every rollout updates the prompt's posterior (old evidence decayed by evidence_decay,
    since the policy moves), dropped groups included; a prompt whose posterior P_inf(min G)
    falls below informative_floor is deprioritised, its skip count = consecutive all-equal
@@ -89,6 +91,7 @@ class BayesSettings:
   post_filter: bool = True
   max_rounds: int = 4
   profile: bool = True
+  train_cost_per_row: float = 3.5
 
   def __post_init__(self) -> None:
     config_check.check_sgpo_bayes(dataclasses.asdict(self))
@@ -130,6 +133,7 @@ class BayesState:
   train_rounds: int = 0  # training rollout rounds (post_filter: several per batch)
   dropped_groups: int = 0  # all-equal groups not trained on (post_filter)
   overflow_groups: int = 0  # informative groups that did not fit (their prompt stays)
+  refills_skipped: int = 0  # batches padded because another round would not pay
 
 
 @register_allocator('sgpo_bayes')
@@ -368,6 +372,9 @@ class BayesAllocator(Allocator):
     while not builder.done and self.rows_per_batch - builder.filled_rows >= self.min_g:
       self._gather_candidates(rollout_fn, round_index)
       plan = self._plan()
+      if builder.rounds and not self.refill_pays(plan, builder.filled_rows, builder.rounds):
+        st.refills_skipped += 1
+        break
       layout = plan.rows(self.rows_per_batch)
       rollout = rollout_fn(layout, next(round_index), 'rollout')
       if not cfg.post_filter:
@@ -392,6 +399,17 @@ class BayesAllocator(Allocator):
                        {'rounds': probe_rounds + batch.rounds, 'profile_rounds': probe_rounds,
                         'train_rounds': batch.rounds, 'dapo_dropped_groups': dropped,
                         'dapo_kept_groups': kept, 'dapo_discarded_rows': batch.discarded_rows})
+
+  def refill_pays(self, plan: BatchPlan, filled_rows: int, rounds_done: int) -> bool:
+    """Whether rolling out `plan` as a refill round lowers the batch's expected FLOPs per
+    trained informative row (bayes.refill_lowers_cost; expected new rows = sum of
+    P_inf(G) * G over the plan's groups)."""
+    st = self.state
+    expected = float(sum(
+        float(bayes.informative_probability(st.alpha[q], st.beta[q], int(g))) * int(g)
+        for q, g in zip(plan.query_index.tolist(), plan.group_size.tolist())))
+    return bayes.refill_lowers_cost(filled_rows, expected, rounds_done, self.rows_per_batch,
+                                    self.settings.train_cost_per_row)
 
   def observe(self, plan: BatchPlan, rewards_R: np.ndarray, layout: RowLayout,
               free_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -449,6 +467,7 @@ class BayesAllocator(Allocator):
         'informative_group_share': st.informative_groups / max(st.train_groups, 1),
         'train_rounds': st.train_rounds, 'train_rounds_per_step': st.train_rounds / max(st.steps, 1),
         'dropped_groups': st.dropped_groups, 'overflow_groups': st.overflow_groups,
+        'refills_skipped': st.refills_skipped,
         'revisits': st.revisits, 'revisits_back': st.revisits_back,
         'revisit_base': st.revisit_base, 'epochs': st.epoch,
         'deprioritised': int((st.status == DEPRIORITISED).sum()),
