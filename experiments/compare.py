@@ -71,6 +71,8 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     'greso': ('greso', {}),
     'knapsack': ('knapsack', {}),
     'sgpo_bayes': ('sgpo_bayes', {}),  # beyond the paper (issue 15)
+    # Control for sgpo_bayes: DAPO at the group size its posterior mostly picks.
+    'dapo_g4': ('dapo', {'dapo.group_size': 4}),
 }
 ARM_NOTES = {
     'grpo': 'GRPO, G=8 for every prompt',
@@ -81,7 +83,9 @@ ARM_NOTES = {
     'knapsack': 'Knapsack RL: per-step G in [2,64] from past success rates, same R rows',
     'sgpo_bayes': ('sGPO beyond the paper: Beta posterior per prompt from a lazy adaptive '
                    'profile and every rollout, G by expected informative groups per row, '
-                   'GRESO-style revisit probes'),
+                   'all-equal groups dropped after rollout and refilled while a refill lowers '
+                   'the FLOPs per informative row, GRESO-style revisit probes'),
+    'dapo_g4': 'DAPO at G=4 (control: the group size sgpo_bayes mostly picks)',
 }
 
 # Smoke mode: the tiny model of tests/test_train.py, a few steps, one seed.
