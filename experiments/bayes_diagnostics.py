@@ -5,7 +5,8 @@
 
 Per arm: final accuracy, the FLOPs shares (profile / probes, rollout, train; eval left out,
 as in the budget), generation calls per step (profile + training rounds), training rounds
-per step, the share of rolled-out groups with all-equal rewards, the share of trained
+per step, the share of rolled-out groups with all-equal rewards (and, for sgpo_bayes, the
+share its posterior expected when planning them), the share of trained
 groups with all-equal rewards (what the learner got no signal from), padding, and for
 sgpo_bayes its allocator block (overflow groups and skipped refills per step, revisits and
 the share that came back). Reads each run's summary.json and metrics.jsonl only.
@@ -56,6 +57,9 @@ def run_diagnostics(workdir: str) -> dict[str, float]:
   if 'overflow_groups' in alloc:
     out['overflow_per_step'] = alloc['overflow_groups'] / len(rows)
     out['refills_skipped_per_step'] = alloc.get('refills_skipped', 0) / len(rows)
+  if 'expected_informative_share' in alloc:  # the posterior's calibration, same groups
+    out['rolled_all_equal'] = 1.0 - alloc['informative_group_share']  # overflow included
+    out['expected_all_equal'] = 1.0 - alloc['expected_informative_share']
   if 'revisits' in alloc:
     out['revisits'] = float(alloc['revisits'])
     out['revisit_back_share'] = alloc['revisits_back'] / max(alloc['revisits'], 1)
@@ -67,6 +71,7 @@ COLUMNS = [('final_acc', 'final acc %', '{:.1f}'), ('profile_share', 'profile FL
            ('calls_per_step', 'gen calls/step', '{:.2f}'),
            ('train_rounds_per_step', 'train rounds/step', '{:.2f}'),
            ('rolled_all_equal', 'all-equal rolled out', '{:.1%}'),
+           ('expected_all_equal', 'all-equal expected', '{:.1%}'),
            ('trained_all_equal', 'all-equal trained on', '{:.1%}'),
            ('padding', 'padding', '{:.1%}'), ('steps', 'steps', '{:.0f}'),
            ('overflow_per_step', 'overflow groups/step', '{:.2f}'),

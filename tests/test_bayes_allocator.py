@@ -204,6 +204,9 @@ def test_post_filter_keeps_informative_groups_that_fit_and_updates_every_posteri
   assert kept.tolist() == [False, True, False] and equal.tolist() == [True, False, False]
   assert st.served[[5, 6, 7]].tolist() == [True, True, False] and st.candidates == [7]
   assert (st.dropped_groups, st.overflow_groups, st.train_groups) == (1, 1, 3)
+  # Planned under Jeffreys, G = 4: P_inf = 1 - 2 * (.5*1.5*2.5*3.5)/(1*2*3*4) = 0.4531 each.
+  assert st.expected_informative == pytest.approx(3 * (1 - 2 * 6.5625 / 24))
+  assert alloc.summary()['informative_group_share'] == pytest.approx(2 / 3)
   # Every row updates its posterior (decay 1): Jeffreys + counts.
   assert (st.alpha[5], st.beta[5]) == (4.5, 0.5)
   assert (st.alpha[6], st.beta[6]) == (1.5, 3.5)

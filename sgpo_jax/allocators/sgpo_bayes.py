@@ -134,6 +134,7 @@ class BayesState:
   dropped_groups: int = 0  # all-equal groups not trained on (post_filter)
   overflow_groups: int = 0  # informative groups that did not fit (their prompt stays)
   refills_skipped: int = 0  # batches padded because another round would not pay
+  expected_informative: float = 0.0  # sum of P_inf over rolled-out training groups, as planned
 
 
 @register_allocator('sgpo_bayes')
@@ -423,6 +424,9 @@ class BayesAllocator(Allocator):
     st, cfg = self.state, self.settings
     raw_R = np.asarray(rewards_R, np.float64).reshape(-1)
     valid = np.flatnonzero(layout.valid_R)
+    for q, g in zip(plan.query_index.tolist(), plan.group_size.tolist()):  # calibration
+      st.expected_informative += float(bayes.informative_probability(st.alpha[q], st.beta[q],
+                                                                     int(g)))
     self._observe_samples(layout.row_query_index_R[valid], np.clip(raw_R[valid], 0.0, 1.0),
                           cfg.evidence_decay)
     room = self.rows_per_batch if free_rows is None else int(free_rows)
@@ -465,6 +469,8 @@ class BayesAllocator(Allocator):
         'profile_samples_per_query': st.profile_samples / max(st.frontier, 1),
         'train_groups': st.train_groups,
         'informative_group_share': st.informative_groups / max(st.train_groups, 1),
+        # Calibration: the share the posterior expected when planning the same groups.
+        'expected_informative_share': st.expected_informative / max(st.train_groups, 1),
         'train_rounds': st.train_rounds, 'train_rounds_per_step': st.train_rounds / max(st.steps, 1),
         'dropped_groups': st.dropped_groups, 'overflow_groups': st.overflow_groups,
         'refills_skipped': st.refills_skipped,
