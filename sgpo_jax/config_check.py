@@ -94,10 +94,12 @@ def check_sgpo_bayes(s: Mapping[str, Any]) -> None:
   _require(0.0 <= s['evidence_decay'] <= 1.0,
            f"sgpo_bayes.evidence_decay={s['evidence_decay']} must be in [0, 1].")
   _require(s['window'] >= 1, f"sgpo_bayes.window={s['window']} must be >= 1.")
+  _require(0.0 <= s['informative_floor'] <= 1.0,
+           f"sgpo_bayes.informative_floor={s['informative_floor']} must be in [0, 1].")
   _require(0.0 <= s['revisit_floor'] <= s['revisit_base'] <= 1.0,
            f"need 0 <= sgpo_bayes.revisit_floor ({s['revisit_floor']}) <= "
            f"sgpo_bayes.revisit_base ({s['revisit_base']}) <= 1.")
-  for flag in ('post_filter', 'profile'):
+  for flag in ('post_filter', 'profile', 'reshuffle'):
     _require(isinstance(s[flag], bool),
              f'sgpo_bayes.{flag}={s[flag]!r} must be True or False.')
   _require(isinstance(s['max_rounds'], int) and not isinstance(s['max_rounds'], bool)

@@ -52,7 +52,7 @@ def kinds_for(n):
 
 
 def test_profile_settles_trivial_and_unsolved_and_trains_coin_prompts_at_min_g():
-  alloc = make()
+  alloc = make(profile=True)
   kinds, calls = kinds_for(32), []
   filled = alloc.fill_batch(fake_rollout(alloc, kinds, calls))
   queries, sizes = plan_of(filled)
@@ -77,7 +77,7 @@ def test_profile_settles_trivial_and_unsolved_and_trains_coin_prompts_at_min_g()
 
 
 def test_trained_prompt_that_turns_trivial_is_deprioritised_and_revisited_later():
-  alloc = make(num_queries=8, rows=8, revisit_base=1.0, revisit_floor=1.0)
+  alloc = make(num_queries=8, rows=8, revisit_base=1.0, revisit_floor=1.0, profile=True)
   kinds = [COIN] * 8
   calls = []
   alloc.fill_batch(fake_rollout(alloc, kinds, calls))
@@ -98,7 +98,7 @@ def test_trained_prompt_that_turns_trivial_is_deprioritised_and_revisited_later(
 def test_everything_trivial_still_fills_batches(post_filter):
   alloc = make(num_queries=8, rows=8, post_filter=post_filter)
   calls = []
-  for _ in range(4):
+  for _ in range(8):  # two all-equal groups per prompt: P_inf(4) 0.218 < floor 0.25
     filled = alloc.fill_batch(fake_rollout(alloc, [TRIVIAL] * 8, calls))
     if post_filter:  # every group all-equal: max_rounds rounds rolled out, all padding
       assert filled.info['train_rounds'] == 4 and filled.layout.num_valid_rows == 0
@@ -108,8 +108,11 @@ def test_everything_trivial_still_fills_batches(post_filter):
   assert (alloc.state.status == CANDIDATE).sum() == 0
 
 
-def test_state_round_trips_and_resumes_exactly():
+@pytest.mark.parametrize('profile,train_cost_per_row', [(True, 0.0), (False, 0.0),
+                                                     (False, 3.5)])
+def test_state_round_trips_and_resumes_exactly(profile, train_cost_per_row):
   kinds = kinds_for(40)
+  opts = {'profile': profile, 'train_cost_per_row': train_cost_per_row}
 
   def run(alloc, steps, calls):
     out = []
@@ -117,12 +120,12 @@ def test_state_round_trips_and_resumes_exactly():
       out.append(plan_of(alloc.fill_batch(fake_rollout(alloc, kinds, calls))))
     return out
 
-  full = make(num_queries=40)
+  full = make(num_queries=40, **opts)
   full_plans = run(full, 12, [])
-  half = make(num_queries=40)
+  half = make(num_queries=40, **opts)
   run(half, 5, [])
   state = json.loads(json.dumps(half.state_dict()))
-  resumed = make(num_queries=40)
+  resumed = make(num_queries=40, **opts)
   resumed.load_state_dict(state)
   assert run(resumed, 7, []) == full_plans[5:]
   with pytest.raises(ValueError, match='seed=3'):
@@ -152,7 +155,7 @@ def test_make_allocator_builds_it_from_the_config():
 
 
 def test_short_epoch_tops_up_with_fewest_skips_not_the_whole_pool():
-  alloc = make(num_queries=32, rows=16)  # window 8: a batch wants 8 candidates
+  alloc = make(num_queries=32, rows=16, profile=True)  # window 8: 8 candidates a batch
   st = alloc.state
   st.frontier = 32
   st.status[:] = DEPRIORITISED
@@ -212,9 +215,18 @@ def test_post_filter_keeps_informative_groups_that_fit_and_updates_every_posteri
   assert (st.alpha[6], st.beta[6]) == (1.5, 3.5)
   assert (st.alpha[7], st.beta[7]) == (3.5, 1.5)
   # Beta(4.5, 0.5), G = 4: P_inf = 1 - (4.5*5.5*6.5*7.5)/(5*6*7*8) - (.5*1.5*2.5*3.5)/(5*6*7*8)
-  # = 1 - 1206.5625/1680 - 6.5625/1680 = 0.2779 < informative_floor 0.35: deprioritised.
+  # = 1 - 1206.5625/1680 - 6.5625/1680 = 0.2779 >= informative_floor 0.25: one all-equal
+  # group does not deprioritise a prompt (it is spent for this epoch, skips 1).
   assert alloc.informative([5])[0] == pytest.approx(1 - 1213.125 / 1680)
-  assert st.status[5] == DEPRIORITISED and st.skips[5] == 1
+  assert st.status[5] == CANDIDATE and st.skips[5] == 1
+  # A second one does: Beta(8.5, 0.5) -> P_inf(4) = 0.179 < 0.25.
+  alloc.observe(allocators.BatchPlan(np.array([5]), np.array([4], np.int32), 'bayes'),
+                np.ones(12, np.float32), allocators.BatchPlan(
+                    np.array([5]), np.array([4], np.int32), 'bayes').rows(12), free_rows=4)
+  assert (st.alpha[5], st.beta[5]) == (8.5, 0.5)
+  assert alloc.informative([5])[0] == pytest.approx(
+      1 - (8.5 * 9.5 * 10.5 * 11.5 + 0.5 * 1.5 * 2.5 * 3.5) / (9 * 10 * 11 * 12))
+  assert st.status[5] == DEPRIORITISED and st.skips[5] == 2
   assert st.status[6] == CANDIDATE and st.skips[6] == 0
 
 
@@ -255,14 +267,14 @@ def test_without_post_filter_one_round_trains_every_group():
 
 
 def test_probe_samples_use_the_spare_rows_of_the_call():
-  alloc = make(num_queries=8, rows=16)  # profile_max_samples 4
+  alloc = make(num_queries=8, rows=16, profile=True)  # profile_max_samples 4
   alloc.state.probe_n[[0, 1, 2, 3, 4]] = [0, 1, 3, 0, 2]
   # 16 rows // 5 prompts = 3 each, capped by the samples left before max (4 - n).
   assert alloc.probe_samples_per_prompt([0, 1, 2, 3, 4]).tolist() == [3, 3, 1, 3, 2]
   # 16 // 8 = 2 each: prompt 2 has one sample left.
   assert alloc.probe_samples_per_prompt(list(range(8))).tolist() == [2, 2, 1, 2, 2, 2, 2, 2]
   # A full round (R prompts in flight): one sample each, the adaptive profile's pace.
-  assert make(num_queries=32, rows=16).probe_samples_per_prompt(list(range(16))).tolist() \
+  assert make(num_queries=32, rows=16, profile=True).probe_samples_per_prompt(list(range(16))).tolist() \
       == [1] * 16
 
 
@@ -278,7 +290,8 @@ def test_revisit_without_profile_is_a_training_group_and_counts_back_when_inform
   alloc._start_epoch()
   assert st.revisits == 8 and st.revisiting.all() and st.in_flight == []
   assert (st.status == CANDIDATE).all()
-  order = alloc.pool_order.tolist()
+  order = list(st.candidates)  # the epoch's fresh order (reshuffle)
+  assert sorted(order) == list(range(8)) and order != alloc.pool_order.tolist()
   calls = []
   rounds = [{order[0]: [1, 0, 1, 0], order[1]: [1] * 4}]
   filled = alloc.fill_batch(scripted_rollout(rounds + [{q: [1, 0, 0, 0] for q in order[2:4]}],
@@ -318,3 +331,20 @@ def test_refill_round_only_when_it_lowers_the_cost_per_informative_row(train_cos
   plan = allocators.BatchPlan(np.array(order[4:8]), np.full(4, 4, np.int32), 'bayes')
   if not refilled:  # the rule the allocator applied, on the plan it would have rolled out
     assert not alloc.refill_pays(plan, 12, 1)
+
+
+@pytest.mark.parametrize('reshuffle', [False, True])
+def test_epoch_order_is_the_pool_order_or_a_fresh_permutation(reshuffle):
+  orders = []
+  for epoch in (1, 2):
+    alloc = make(num_queries=16, rows=8, reshuffle=reshuffle)
+    st = alloc.state
+    st.frontier, st.epoch = 16, epoch
+    st.status[:] = CANDIDATE
+    alloc._start_epoch()
+    orders.append(list(st.candidates))
+  if reshuffle:  # seeded per epoch: differs from the pool order and between epochs
+    assert orders[0] != orders[1] and orders[0] != make(16, 8).pool_order.tolist()
+    assert sorted(orders[0]) == list(range(16))
+  else:
+    assert orders[0] == orders[1] == make(16, 8).pool_order.tolist()

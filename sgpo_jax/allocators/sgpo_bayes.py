@@ -32,8 +32,9 @@ What it does per RL batch (`fill_batch`), with the math in `bayes.py`:
    'profile'; profile=False: a training group, post-filtered); a probe that settles
    'learnable' (an informative group) brings the prompt back. revisit_base adapts by
    revisit_step per epoch toward a share `revisit_target` of revisits that come back.
-No curriculum: candidates are taken in profile order (the measured sGPO curriculum made the
-eval curve swing with its phases; see the README's results).
+No curriculum: candidates are taken in a fresh random order every epoch (reshuffle=True;
+False: the pool order every epoch); the measured sGPO curriculum made the eval curve swing
+with its phases (see the README's results).
 
 Registered as `method=sgpo_bayes` (settings: config.sgpo_bayes). `fill_batch` calls the
 trainer's `rollout_fn` for every probe round (category 'profile') and every training round,
@@ -65,6 +66,7 @@ from sgpo_jax.sgpo import RowLayout
 
 _POOL_ORDER_STREAM = 0xBA7E5
 _REVISIT_STREAM = 0x2E71
+_EPOCH_ORDER_STREAM = 0xE90C
 
 # Status of a prompt.
 UNPROFILED, SAMPLING, CANDIDATE, DEPRIORITISED = 0, 1, 2, 3
@@ -81,7 +83,7 @@ class BayesSettings:
   profile_max_samples: int = 4
   settle_high: float = 0.6
   settle_low: float = 0.35
-  informative_floor: float = 0.35
+  informative_floor: float = 0.25
   evidence_decay: float = 0.5
   window: int = 32
   revisit_base: float = 0.25
@@ -90,8 +92,9 @@ class BayesSettings:
   revisit_step: float = 0.05
   post_filter: bool = True
   max_rounds: int = 4
-  profile: bool = True
-  train_cost_per_row: float = 3.5
+  profile: bool = False
+  train_cost_per_row: float = 0.0
+  reshuffle: bool = True
 
   def __post_init__(self) -> None:
     config_check.check_sgpo_bayes(dataclasses.asdict(self))
@@ -274,8 +277,12 @@ class BayesAllocator(Allocator):
     st.epoch += 1
     st.served[:] = False
     active = np.flatnonzero(st.status == CANDIDATE)
-    # Candidates keep the pool order; deprioritised prompts drawn for a revisit probe.
-    order = {int(q): i for i, q in enumerate(self.pool_order)}
+    # Candidates in the epoch's order (a fresh permutation per epoch with reshuffle, else the
+    # pool order); deprioritised prompts drawn for a revisit probe.
+    epoch_order = (np.random.default_rng(np.random.SeedSequence(
+        [self.seed, _EPOCH_ORDER_STREAM, st.epoch])).permutation(self.num_queries)
+        if cfg.reshuffle else self.pool_order)
+    order = {int(q): i for i, q in enumerate(epoch_order)}
     st.candidates = sorted(active.tolist(), key=order.__getitem__)
     low = np.flatnonzero(st.status == DEPRIORITISED)
     st.visits_since_draw = 0
