@@ -34,6 +34,7 @@ Measures (per regime and arm; rule and bootstrap in `analyse_regime`):
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -153,21 +154,35 @@ def config_arg(regime: str) -> str:
   return 'configs/default.py' if regime == SMOKE_REGIME else f'configs/default.py:regime={regime}'
 
 
-def run_one(entry: dict[str, Any], runs_dir: str, code_dir: str, log) -> bool:
-  """Runs (or resumes) one run; True when it has a summary.json afterwards."""
+RUN_LOCK = '.compare.lock'
+
+
+def run_one(entry: dict[str, Any], runs_dir: str, code_dir: str, log) -> bool | None:
+  """Runs (or resumes) one run; True when it has a summary.json afterwards, None when another
+  sweep process is running it right now (so two sweeps over one runs dir never write the same
+  run: each holds an exclusive lock on the run's folder while it runs)."""
   workdir = os.path.join(runs_dir, entry['regime'], entry['name'])
   if os.path.exists(os.path.join(workdir, 'summary.json')):
     return True
-  cmd = sweep.command_for(entry['overrides'], workdir, config_arg(entry['regime']))
   os.makedirs(workdir, exist_ok=True)
-  log(f"[compare] {entry['regime']}/{entry['name']}: " + ' '.join(cmd[1:]))
-  start = time.time()
-  with open(os.path.join(workdir, 'stdout.log'), 'a') as fh:
-    proc = subprocess.run(cmd, cwd=code_dir, stdout=fh, stderr=subprocess.STDOUT,
-                          env=dict(os.environ, PYTHONPATH=code_dir))
-  log(f"[compare] {entry['regime']}/{entry['name']}: exit {proc.returncode} after "
-      f'{time.time() - start:.0f} s')
-  return proc.returncode == 0
+  with open(os.path.join(workdir, RUN_LOCK), 'w') as lock:
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when this process ends
+    except BlockingIOError:
+      log(f"[compare] {entry['regime']}/{entry['name']}: another sweep process is running it; "
+          'skipped')
+      return None
+    if os.path.exists(os.path.join(workdir, 'summary.json')):  # finished while we waited
+      return True
+    cmd = sweep.command_for(entry['overrides'], workdir, config_arg(entry['regime']))
+    log(f"[compare] {entry['regime']}/{entry['name']}: " + ' '.join(cmd[1:]))
+    start = time.time()
+    with open(os.path.join(workdir, 'stdout.log'), 'a') as fh:
+      proc = subprocess.run(cmd, cwd=code_dir, stdout=fh, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, PYTHONPATH=code_dir))
+    log(f"[compare] {entry['regime']}/{entry['name']}: exit {proc.returncode} after "
+        f'{time.time() - start:.0f} s')
+    return proc.returncode == 0
 
 
 # ----------------------------------------------------------------------------------------
@@ -667,7 +682,10 @@ def main() -> None:
     for entry in run_entries(regimes, arms, seeds, extra):
       done_before = os.path.exists(os.path.join(args.runs_dir, entry['regime'],
                                                 entry['name'], 'summary.json'))
-      if not run_one(entry, args.runs_dir, args.code_dir, log):
+      ok = run_one(entry, args.runs_dir, args.code_dir, log)
+      if ok is None:  # another sweep process has it
+        continue
+      if not ok:
         failed.append(f"{entry['regime']}/{entry['name']}")
         continue
       if not done_before:

@@ -1,27 +1,28 @@
 """Calibrated scaling-law forecasts, early stopping and trajectory forms, validated on many
 finished runs (leave-one-run-out: no forecast is scored on a run it was fitted on).
 
-    python experiments/scaling_law_calibrate.py RUN_DIR [RUN_DIR ...] \
+    PYTHONPATH=. python experiments/scaling_law_calibrate.py RUN_DIR [RUN_DIR ...] \
         [--observe-fraction 0.3] [--out experiments/results] [--write-calibration]
 
-RUN_DIRs without summary.json (unfinished) are skipped. A run's regime is its parent folder
-plus its name up to the model size (e.g. `sl_runs/weak`); its config group is its name
-without `_seed<k>`. Writes OUT/scaling_law_calibrated.{md,json} and plots under
-OUT/plots/scaling_law_calibrated/; with --write-calibration also the calibration set the CLI
-uses by default (sgpo_jax/scaling_law/calibration_runs.json).
+RUN_DIRs without summary.json (unfinished) are skipped. Regime, config group and seed group
+of a run: see `regime_and_group`. Writes OUT/scaling_law_calibrated.{md,json} and plots
+under OUT/plots/scaling_law_calibrated/; with --write-calibration also the calibration set
+the CLI uses by default (sgpo_jax/scaling_law/calibration_runs.json).
 
 Per metric (held-out eval_accuracy; training reward: reward_mean for GRPO/DAPO,
 reward_over_profile for curriculum sGPO), every run is forecast from its first 30% by each
 predictor of `sgpo_jax.scaling_law.calibration`, fitted on the other runs, with a 90%
-split-conformal interval from the other runs' leave-one-out errors. The 'trend' early-stop
-rule is scored on every run for a grid of settings, and out of sample: for each config
-group, the setting is chosen on the other groups (most steps saved with mean loss <= 1
-point and worst loss <= 3 points there) and scored on the held-out group.
+split-conformal interval from the other runs' leave-one-out errors; the default predictor
+also with its config group left out (scores leave-group-out too) and with its seed group
+left out. The 'trend' early-stop rule (with its confirmation and peak-tolerance options) is
+scored on every run for a grid of settings, and out of sample: for each config group (and
+each seed group), the setting is chosen on the other groups and scored on the held-out one.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -32,12 +33,17 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax.scaling_law.calibration import (DEFAULT_PREDICTOR, PREDICTORS, CalibrationSet,
-                                              calibrated_forecast, metric_is_bounded,
-                                              prefix_features)
+from sgpo_jax.scaling_law.calibration import (
+  DEFAULT_PREDICTOR,
+  PREDICTORS,
+  CalibrationSet,
+  calibrated_forecast,
+  metric_is_bounded,
+  prefix_features,
+)
 from sgpo_jax.scaling_law.conformal import interval_contains
 from sgpo_jax.scaling_law.early_stop import trend_stop_step
-from sgpo_jax.scaling_law.runs import RunRecord, load_run, run_key
+from sgpo_jax.scaling_law.runs import ACTUAL_FINAL_WINDOW, RunRecord, load_run, run_key
 from sgpo_jax.scaling_law.trajectory import FORMS, fit_trajectory, select_form
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,21 +55,40 @@ CONFIDENCE = 0.9
 CALIBRATION_FRACTIONS = (0.2, 0.3, 0.5)
 # Early-stop targets of issue 18: saved >= 30% of steps, mean loss <= 1 point, worst <= 3.
 TARGET_SAVED, TARGET_MEAN_LOSS, TARGET_MAX_LOSS = 0.30, 0.01, 0.03
-TREND_GRID = [dict(min_fraction=m, window_fraction=w, epsilon=e)
-              for m in (0.3, 0.4, 0.5, 0.6, 0.7) for w in (0.2, 0.3, 0.5)
-              for e in (0.005, 0.01, 0.02)]
+TREND_GRID = [dict(min_fraction=m, window_fraction=w, epsilon=e, confirm_evals=k,
+                   peak_tolerance=t)
+              for m in (0.3, 0.4, 0.5, 0.6) for w in (0.3, 0.5) for e in (0.01, 0.02, 0.04)
+              for k in (1, 2) for t in (None, 0.01, 0.02, 0.03, 0.05)]
+# The relaxed guarantee a setting is also chosen for: mean loss <= 1 point and at most this
+# share of runs losing more than 3 points.
+TARGET_SHARE_OVER_MAX = 0.05
+# Final-value windows compared in the definition check (fractions of the run's steps).
+FINAL_WINDOWS = (0.05, 0.10)
 # What the trainer uses by default (configs: train.early_stop); scored in sample too.
 DEFAULT_TREND = dict(min_fraction=0.5, window_fraction=0.3, epsilon=0.01)
 
 
-def regime_and_group(run_dir: Path) -> tuple[str, str]:
+def regime_and_group(run_dir: Path) -> tuple[str, str, str]:
+  """(regime, config group, seed group) of a run folder.
+
+  Regime: the comparison sweep's folder (default, paper_like, small_pool), or for our own
+  scaling-law runs sl_runs/<start>/<model size> (each start and size is its own initial
+  policy). Config group: the folder without `_seed<k>` (its seeds). Seed group: the runs of
+  one regime with one seed: the comparison's arms share their seed's warm start and RNG, and
+  their curves are identical until the arms diverge, so they are held out together.
+  """
   name = run_dir.name
   config = re.sub(r'_seed\d+$', '', name)
-  match = re.match(r'(vweak|weak)_', name)
-  regime = f'{run_dir.parent.name}/{match.group(1) if match else "standard"}'
-  if run_dir.parent.name != 'sl_runs':
+  seed = re.search(r'_seed(\d+)$', name)
+  if run_dir.parent.name == 'sl_runs':
+    start = re.match(r'(vweak|weak)_', name)
+    size = re.search(r'(?:^|_)(tiny|xs|small|base)_', name)
+    regime = (f'sl_runs/{start.group(1) if start else "standard"}/'
+              f'{size.group(1) if size else "tiny"}')
+  else:
     regime = run_dir.parent.name
-  return regime, f'{run_dir.parent.name}/{config}'
+  return (regime, f'{run_dir.parent.name}/{config}',
+          f'{regime}/seed{seed.group(1) if seed else "?"}')
 
 
 def reward_metric(run_dir: Path) -> str:
@@ -80,8 +105,9 @@ def load_runs(run_dirs: list[Path]) -> list[dict[str, Any]]:
     if not (run_dir / 'summary.json').exists() or not (run_dir / 'metrics.jsonl').exists():
       print(f'[calibrate] {run_dir}: no summary.json (unfinished), skipped', file=sys.stderr)
       continue
-    regime, group = regime_and_group(run_dir)
-    entry = {'dir': run_dir, 'regime': regime, 'group': group, 'name': run_key(run_dir)}
+    regime, group, seed_group = regime_and_group(run_dir)
+    entry = {'dir': run_dir, 'regime': regime, 'group': group, 'seed_group': seed_group,
+             'name': run_key(run_dir)}
     for key, metric in (('eval', 'eval_accuracy'), ('reward', reward_metric(run_dir))):
       try:
         record = load_run(run_dir, metric)
@@ -104,10 +130,33 @@ def reading_noise(run: RunRecord) -> float | None:
 
 
 def noise_floor(run: RunRecord) -> float | None:
-  """E|N(0, sigma^2)| = sigma·sqrt(2/pi): what even a forecaster that knew the smooth trend
-  would miss the final reading by, from the reading's own noise."""
+  """sigma·sqrt(2/pi)/sqrt(k) = E|mean of k N(0, sigma^2)|, k the readings in the final
+  window: what even a forecaster that knew the smooth trend would miss the final value by,
+  from the readings' own noise (independent readings assumed: a lower bound when the last
+  readings are a few steps apart)."""
   sigma = reading_noise(run)
-  return None if sigma is None else sigma * np.sqrt(2 / np.pi)
+  if sigma is None:
+    return None
+  window = run.steps >= run.steps[-1] - ACTUAL_FINAL_WINDOW * run.total_steps
+  return sigma * np.sqrt(2 / np.pi) / np.sqrt(max(int(window.sum()), 1))
+
+
+def above_late_level(run: RunRecord) -> float | None:
+  """final - mean of the readings from 50% of the run to the final window (None: no such
+  readings)."""
+  start = run.steps[-1] - ACTUAL_FINAL_WINDOW * run.total_steps
+  late = (run.steps >= 0.5 * run.total_steps) & (run.steps < start)
+  if not late.any():
+    return None
+  return run.actual_final - float(np.mean(run.values[late]))
+
+
+def oracle_error(run: RunRecord) -> float | None:
+  """|final - the run's late level| (`above_late_level`): the error of a forecaster that knew
+  the run's own late level (it saw 60% more of the run than a forecast from 30% does). What
+  is left is the final value's own scatter (and any late drift)."""
+  above = above_late_level(run)
+  return None if above is None else abs(above)
 
 
 def forecast_table(runs: list[dict[str, Any]], key: str, fraction: float,
@@ -116,6 +165,9 @@ def forecast_table(runs: list[dict[str, Any]], key: str, fraction: float,
   records = [features[(run['name'], key, fraction)] for run in runs
              if (run['name'], key, fraction) in features]
   calibration = CalibrationSet(records, 'validation runs')
+  seed_groups = {run['name']: run['seed_group'] for run in runs}
+  by_seed = CalibrationSet([dataclasses.replace(record, group=seed_groups[record.run])
+                            for record in records], calibration.source)
   rows = []
   for run, record in ((run, features[(run['name'], key, fraction)]) for run in runs
                       if (run['name'], key, fraction) in features):
@@ -137,8 +189,80 @@ def forecast_table(runs: list[dict[str, Any]], key: str, fraction: float,
                                confidence=CONFIDENCE, leave_out_group=True)
     row['group_out_err'] = abs(held.predicted_final - record.actual)
     row['group_out_covered'] = interval_contains(held.interval, record.actual)
+    # Seed group out: every run of the run's regime with its seed (arms sharing its start),
+    # its conformal scores seed-group-out too (the groups relabelled by seed).
+    held = calibrated_forecast(dataclasses.replace(record, group=run['seed_group']),
+                               by_seed, predictor=DEFAULT_PREDICTOR, confidence=CONFIDENCE,
+                               leave_out_group=True)
+    row['seed_out_err'] = abs(held.predicted_final - record.actual)
+    row['seed_out_covered'] = interval_contains(held.interval, record.actual)
+    row['oracle_err'] = oracle_error(source)
     rows.append(row)
   return rows
+
+
+def transfer_table(run_dirs: list[Path], fraction: float,
+                   features: dict[tuple[str, str, float], Any]) -> list[dict[str, Any]]:
+  """Eval forecasts of finished `run_dirs` from the validation runs' features only (flat
+  and the default predictor), each run's regime from its config.json (as in the CLI)."""
+  calibration = CalibrationSet([record for (_, key, at), record in features.items()
+                                if key == 'eval' and at == fraction], 'validation runs')
+  rows = []
+  for run_dir in run_dirs:
+    if not (run_dir / 'summary.json').exists():
+      continue
+    run = load_run(run_dir, 'eval_accuracy')
+    # Named with the folder above too: a retuned sweep reuses the old runs' names.
+    run.name = f'{run_dir.resolve().parent.parent.name}/{run_key(run_dir)}'
+    with warnings.catch_warnings():
+      warnings.simplefilter('ignore')
+      record = prefix_features(run, fraction)
+    result = calibrated_forecast(record, calibration, confidence=CONFIDENCE)
+    rows.append({'run': record.run, 'regime': record.regime, 'initial': record.initial,
+                 'flat': record.flat, 'predicted': result.predicted_final,
+                 'interval': list(result.interval), 'actual': record.actual,
+                 'flat_err': abs(record.flat - record.actual),
+                 'err': abs(result.predicted_final - record.actual),
+                 'covered': interval_contains(result.interval, record.actual),
+                 'calibration': result.calibration})
+  return rows
+
+
+def final_value(run: RunRecord, window: float) -> float:
+  """Mean of the readings in the last `window` of the run's steps."""
+  start = run.steps[-1] - window * run.total_steps
+  return float(np.mean(run.values[run.steps >= start]))
+
+
+def definition_check(runs: list[dict[str, Any]], fraction: float,
+                     features: dict[tuple[str, str, float], Any]) -> list[dict[str, Any]]:
+  """Eval forecasts (flat and the default predictor, leave-one-run-out) scored against the
+  final value over each window of FINAL_WINDOWS, with how many readings each window holds."""
+  out = []
+  members = [run for run in runs if (run['name'], 'eval', fraction) in features]
+  for window in FINAL_WINDOWS:
+    finals = {run['name']: final_value(run['eval'], window) for run in members}
+    counts = [int(np.sum(run['eval'].steps >= run['eval'].steps[-1]
+                         - window * run['eval'].total_steps)) for run in members]
+    records = [dataclasses.replace(features[(run['name'], 'eval', fraction)],
+                                   actual=finals[run['name']]) for run in members]
+    calibration = CalibrationSet(records, 'validation runs')
+    errors = {'flat': [], DEFAULT_PREDICTOR: []}
+    covered = []
+    for record in records:
+      for name in errors:
+        result = calibrated_forecast(record, calibration, predictor=name,
+                                     confidence=CONFIDENCE)
+        errors[name].append(abs(result.predicted_final - record.actual))
+        if name == DEFAULT_PREDICTOR:
+          covered.append(interval_contains(result.interval, record.actual))
+    out.append({'window': window, 'n': len(records), 'readings_min': min(counts),
+                'readings_max': max(counts),
+                'runs_with_one_reading': sum(count == 1 for count in counts),
+                'flat_mae': float(np.mean(errors['flat'])),
+                'pred_mae': float(np.mean(errors[DEFAULT_PREDICTOR])),
+                'pred_coverage': float(np.mean(covered))})
+  return out
 
 
 def stop_outcome(run: RunRecord, setting: dict[str, float]) -> dict[str, Any]:
@@ -151,10 +275,16 @@ def stop_outcome(run: RunRecord, setting: dict[str, float]) -> dict[str, Any]:
 
 
 def summarise_stops(outcomes: list[dict[str, Any]]) -> dict[str, float]:
-  losses = [o['loss'] for o in outcomes]
+  losses = np.array([o['loss'] for o in outcomes])
   return {'n': len(outcomes), 'saved_mean': float(np.mean([o['saved'] for o in outcomes])),
           'loss_mean': float(np.mean(losses)), 'loss_max': float(np.max(losses)),
+          'share_over_max': float(np.mean(losses > TARGET_MAX_LOSS + 1e-12)),
           'stopped': sum(o['stop_step'] is not None for o in outcomes)}
+
+
+def meets_relaxed(summary: dict[str, float]) -> bool:
+  return (summary['loss_mean'] <= TARGET_MEAN_LOSS
+          and summary['share_over_max'] <= TARGET_SHARE_OVER_MAX)
 
 
 def meets(summary: dict[str, float]) -> bool:
@@ -162,19 +292,20 @@ def meets(summary: dict[str, float]) -> bool:
 
 
 def choose_out_of_sample(evals: list[dict[str, Any]], grid: list[dict[str, Any]],
-                         accept) -> list[dict[str, Any]]:
-  """For each config group: the grid setting that saves most on the other groups among those
-  `accept` admits there (none: never stop), scored on the held-out group."""
+                         accept, key: str = 'group') -> list[dict[str, Any]]:
+  """For each group (`key`: config group or seed group): the grid setting that saves most on
+  the other groups among those `accept` admits there (none: never stop), scored on the
+  held-out group."""
   held_out = []
-  for group in sorted({run['group'] for run in evals}):
-    inside = [i for i, run in enumerate(evals) if run['group'] != group]
+  for group in sorted({run[key] for run in evals}):
+    inside = [i for i, run in enumerate(evals) if run[key] != group]
     best = None
     for entry in grid:
       summary = summarise_stops([entry['outcomes'][i] for i in inside])
       if accept(summary) and (best is None or summary['saved_mean'] > best[1]):
         best = (entry['setting'], summary['saved_mean'])
     for run in evals:
-      if run['group'] == group:
+      if run[key] == group:
         outcome = (stop_outcome(run['eval'], best[0]) if best is not None
                    else {'stop_step': None, 'saved': 0.0, 'loss': 0.0})
         held_out.append({'run': run['name'], 'regime': run['regime'], 'group': group,
@@ -189,8 +320,21 @@ def early_stop_study(runs: list[dict[str, Any]]) -> dict[str, Any]:
     outcomes = [stop_outcome(run['eval'], setting) for run in evals]
     grid.append({'setting': setting, **summarise_stops(outcomes), 'outcomes': outcomes})
   held_out = choose_out_of_sample(evals, grid, meets)
+  held_out_seed = choose_out_of_sample(evals, grid, meets, key='seed_group')
+  # Oracle: the best checkpoint among the evals that save >= 30% of the run, per run.
+  oracle = []
+  for run in evals:
+    record = run['eval']
+    early = (record.steps > 0) & (record.steps <= (1 - TARGET_SAVED) * record.total_steps)
+    if early.any():
+      oracle.append(record.actual_final - float(np.max(record.values[early])))
   held_out_mean = choose_out_of_sample(
       evals, grid, lambda summary: summary['loss_mean'] <= TARGET_MEAN_LOSS)
+  # Reference: a stop that kept a checkpoint exactly at the run's late level.
+  late = [value for value in (above_late_level(run['eval']) for run in evals)
+          if value is not None]
+  relaxed = {key: choose_out_of_sample(evals, grid, meets_relaxed, key=key)
+             for key in ('group', 'seed_group')}
   default_outcomes = [dict(stop_outcome(run['eval'], DEFAULT_TREND), run=run['name'],
                            regime=run['regime']) for run in evals]
   sigmas = [sigma for sigma in (reading_noise(run['eval']) for run in evals) if sigma is not None]
@@ -202,6 +346,15 @@ def early_stop_study(runs: list[dict[str, Any]]) -> dict[str, Any]:
   noise_worst = sigma * np.sqrt(2) * NormalDist().inv_cdf(len(evals) / (len(evals) + 1))
   return {'grid': [{k: v for k, v in entry.items() if k != 'outcomes'} for entry in grid],
           'held_out': held_out, 'held_out_summary': summarise_stops(held_out) if held_out else {},
+          'held_out_seed': held_out_seed,
+          'held_out_seed_summary': summarise_stops(held_out_seed) if held_out_seed else {},
+          'oracle_worst_loss': float(np.max(oracle)) if oracle else None,
+          'oracle_mean_loss': float(np.mean(oracle)) if oracle else None,
+          'late_level_share_over_max': float(np.mean(np.array(late) > TARGET_MAX_LOSS)),
+          'late_level_worst': float(np.max(late)),
+          'held_out_relaxed': relaxed,
+          'held_out_relaxed_summary': {key: summarise_stops(rows) for key, rows in
+                                       relaxed.items() if rows},
           'held_out_mean_only': held_out_mean,
           'held_out_mean_only_summary': summarise_stops(held_out_mean) if held_out_mean else {},
           'default': DEFAULT_TREND, 'default_outcomes': default_outcomes,
@@ -306,6 +459,10 @@ def forecast_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out[f'{name}_mae'] = float(np.mean([row[f'{name}_err'] for row in rows]))
     out[f'{name}_coverage'] = float(np.mean([row[f'{name}_covered'] for row in rows]))
   out['group_out_mae'] = float(np.mean([row['group_out_err'] for row in rows]))
+  out['seed_out_mae'] = float(np.mean([row['seed_out_err'] for row in rows]))
+  out['seed_out_coverage'] = float(np.mean([row['seed_out_covered'] for row in rows]))
+  oracle = [row['oracle_err'] for row in rows if row['oracle_err'] is not None]
+  out['oracle_mae'] = float(np.mean(oracle)) if oracle else None
   floors = [row['noise_floor'] for row in rows if row['noise_floor'] is not None]
   out['noise_floor'] = float(np.mean(floors)) if floors else None
   out['group_out_coverage'] = float(np.mean([row['group_out_covered'] for row in rows]))
@@ -319,11 +476,17 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
       f"runs ({result['regimes_text']}). Forecasts see the first "
       f"{result['observe_fraction']:.0%} of the steps each run actually took. Every forecast "
       'is leave-one-run-out: the predictor and its conformal interval are fitted on the other '
-      'runs only; "group out" leaves out every seed of the run\'s config. Actual final = mean '
-      'over the last 5% of the run. Flat = mean of the last third of the observed points '
-      '("stays where it is"). Noise floor = mean over runs of sigma·sqrt(2/pi), sigma the '
-      "run's per-reading noise from second differences of its curve: what even a forecaster "
-      'that knew the smooth trend would miss a single final reading by.', '',
+      'runs only; "group out" leaves out every seed of the run\'s config; "seed out" every '
+      'run of its regime with its seed (the comparison arms of one seed share their start and '
+      'their curve until they diverge); their conformal scores leave the same groups out. '
+      'Actual final = mean over the last 5% of the run (see '
+      'the definition check below). Flat = mean of the last third of the observed points '
+      '("stays where it is"). Noise floor = mean over runs of sigma·sqrt(2/pi)/sqrt(k), sigma '
+      "the run's per-reading noise from second differences of its curve (a robust estimate: it "
+      'ignores the rare deep dips), k the readings in the final window (taken as independent). '
+      'Late-level oracle = mean |final - mean of the readings '
+      "from 50% of the run to the final window|: the error of a forecaster that already knew "
+      "the run's own late level, i.e. the scatter of the final value itself.", '',
       '## Forecast of the final value from the first '
       f"{result['observe_fraction']:.0%}", '',
       f'Mean |error| per predictor, and how often the nominal {CONFIDENCE:.0%} conformal '
@@ -331,15 +494,44 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
       'flat baseline; coverage 85-95%.', '',
       '| metric | runs | n | ' + ' | '.join(f'{p} |err|' for p in PREDICTORS)
       + ' | ' + ' | '.join(f'{p} cover' for p in PREDICTORS) + ' | group-out |err| '
-      f'({DEFAULT_PREDICTOR}) | group-out cover | noise floor |',
-      '|' + '---|' * (3 + 2 * len(PREDICTORS) + 3),
+      f'({DEFAULT_PREDICTOR}) | group-out cover | seed-out |err| | seed-out cover | '
+      'noise floor | late-level oracle |',
+      '|' + '---|' * (3 + 2 * len(PREDICTORS) + 6),
   ]
   for (metric, label), summary in result['forecast_summaries'].items():
     lines.append(f'| {metric} | {label} | {summary["n"]} | '
                  + ' | '.join(_fmt(summary[f'{p}_mae']) for p in PREDICTORS) + ' | '
                  + ' | '.join(_fmt(summary[f'{p}_coverage'], 2) for p in PREDICTORS) + ' | '
                  + f"{_fmt(summary['group_out_mae'])} | {_fmt(summary['group_out_coverage'], 2)} | "
-                 + f"{_fmt(summary['noise_floor'])} |")
+                 + f"{_fmt(summary['seed_out_mae'])} | {_fmt(summary['seed_out_coverage'], 2)} | "
+                 + f"{_fmt(summary['noise_floor'])} | {_fmt(summary['oracle_mae'])} |")
+  if result['transfer']:
+    rows = result['transfer']
+    lines += ['', '## Runs of a retuned regime (transfer, eval_accuracy)', '',
+              f"{len(rows)} finished runs given with `--transfer`, forecast from the validation "
+              'runs above only (none of them calibrates anything), their regime read from '
+              f"config.json as the CLI does. Mean |error|: flat {np.mean([r['flat_err'] for r in rows]):.3f}, "
+              f"`{DEFAULT_PREDICTOR}` {np.mean([r['err'] for r in rows]):.3f}; the "
+              f"{CONFIDENCE:.0%} interval held {sum(r['covered'] for r in rows)}/{len(rows)}.", '',
+              '| run | regime (config) | first reading | flat | predicted | interval | actual | '
+              '|err| | calibrated on |', '|---|---|---|---|---|---|---|---|---|']
+    for row in rows:
+      lines.append(f"| {row['run']} | {row['regime']} | {_fmt(row['initial'])} | "
+                   f"{_fmt(row['flat'])} | {_fmt(row['predicted'])} | {_fmt(row['interval'])} | "
+                   f"{_fmt(row['actual'])} | {_fmt(row['err'])} | {row['calibration']} |")
+  lines += ['', '## Definition of "final" (eval_accuracy)', '',
+            'The final value is the mean of the readings in the last 5% of the run. With evals '
+            'every 10-12 steps that window holds one reading in some runs and two in others. '
+            'A window of 10% holds two readings in every run; both are scored here (flat and '
+            f'`{DEFAULT_PREDICTOR}`, leave-one-run-out).', '',
+            '| final window | runs | readings in window (min-max) | runs with one reading | '
+            f'flat |err| | {DEFAULT_PREDICTOR} |err| | {DEFAULT_PREDICTOR} cover |',
+            '|---|---|---|---|---|---|---|']
+  for entry in result['definition_check']:
+    lines.append(f"| last {entry['window']:.0%} | {entry['n']} | {entry['readings_min']}-"
+                 f"{entry['readings_max']} | {entry['runs_with_one_reading']} | "
+                 f"{_fmt(entry['flat_mae'])} | {_fmt(entry['pred_mae'])} | "
+                 f"{_fmt(entry['pred_coverage'], 2)} |")
   lines += ['', f'Per run (predictor `{DEFAULT_PREDICTOR}`, the CLI default):', '',
             '| run | regime | metric | steps | flat | curve (form) | predicted | '
             f'{CONFIDENCE:.0%} interval | actual | |err| | inside |', '|' + '---|' * 11]
@@ -356,37 +548,89 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
             'user keeps); saved = fraction of the run\'s steps not taken. Targets: saved >= '
             f'{TARGET_SAVED:.0%}, mean loss <= {TARGET_MEAN_LOSS * 100:.0f} point, worst <= '
             f'{TARGET_MAX_LOSS * 100:.0f} points.', '']
-  if stop['held_out_summary']:
-    s = stop['held_out_summary']
-    lines += [f"- Out of sample (setting chosen on the other config groups): {s['n']} runs, "
-              f"stopped {s['stopped']}, saved {s['saved_mean']:.1%} of steps, mean loss "
-              f"{s['loss_mean'] * 100:.2f} points, worst {s['loss_max'] * 100:.2f} points."]
+  lines += ['Rule: at each eval after `min_fraction` of the run, a line through the evals of '
+            'the last `window_fraction` gains less than `epsilon` by the end (flat); stop once '
+            'it has been flat at `confirm_evals` evals in a row and, with `peak_tolerance`, '
+            'only at an eval no more than that below the best eval so far. Each held-out line '
+            'chooses, for every group, the grid setting that saves most on the other groups '
+            'among those meeting a criterion there, and scores it on the held-out group.', '']
+  for label, name in (('config groups', 'held_out_summary'),
+                      ('seed groups', 'held_out_seed_summary')):
+    if stop[name]:
+      s = stop[name]
+      lines += [f"- Out of sample (setting chosen on the other {label}, the loss targets met "
+                f"there): {s['n']} runs, stopped {s['stopped']}, saved {s['saved_mean']:.1%} "
+                f"of steps, mean loss {s['loss_mean'] * 100:.2f} points, "
+                f"{s['share_over_max']:.1%} of runs lose > {TARGET_MAX_LOSS * 100:.0f} points, "
+                f"worst {s['loss_max'] * 100:.2f} points."]
+  for label, key in (('config groups', 'group'), ('seed groups', 'seed_group')):
+    s = stop['held_out_relaxed_summary'].get(key)
+    chosen: dict[str, int] = {}
+    for row in stop['held_out_relaxed'].get(key, []):
+      name = json.dumps(row['setting'], sort_keys=True)
+      chosen[name] = chosen.get(name, 0) + 1
+    if s:
+      most = max(chosen, key=chosen.get) if chosen else None
+      lines += [f"- Out of sample (setting chosen on the other {label} for mean loss <= "
+                f"{TARGET_MEAN_LOSS * 100:.0f} point and at most "
+                f"{TARGET_SHARE_OVER_MAX:.0%} of runs losing > {TARGET_MAX_LOSS * 100:.0f} "
+                f"points there): stopped {s['stopped']}/{s['n']}, saved {s['saved_mean']:.1%} "
+                f"of steps, mean loss {s['loss_mean'] * 100:.2f} points, "
+                f"{s['share_over_max']:.1%} of runs lose > {TARGET_MAX_LOSS * 100:.0f} points, "
+                f"worst {s['loss_max'] * 100:.2f} points. Chosen for "
+                f"{chosen.get(most, 0)}/{s['n']} runs: `{most}`."]
   if stop['held_out_mean_only_summary']:
     s = stop['held_out_mean_only_summary']
     lines += [f"- Out of sample, setting chosen for mean loss <= {TARGET_MEAN_LOSS * 100:.0f} point "
               f"only: stopped {s['stopped']}/{s['n']}, saved {s['saved_mean']:.1%} of steps, "
-              f"mean loss {s['loss_mean'] * 100:.2f} points, worst {s['loss_max'] * 100:.2f} "
+              f"mean loss {s['loss_mean'] * 100:.2f} points, {s['share_over_max']:.1%} of runs "
+              f"lose > {TARGET_MAX_LOSS * 100:.0f} points, worst {s['loss_max'] * 100:.2f} "
               'points.']
   if stop['default_summary']:
     s = stop['default_summary']
     lines += [f"- Default setting {stop['default']} on every run: stopped {s['stopped']}/"
               f"{s['n']}, saved {s['saved_mean']:.1%}, mean loss {s['loss_mean'] * 100:.2f} "
-              f"points, worst {s['loss_max'] * 100:.2f} points."]
+              f"points, {s['share_over_max']:.1%} of runs lose > "
+              f"{TARGET_MAX_LOSS * 100:.0f} points, worst {s['loss_max'] * 100:.2f} points."]
+  if stop['oracle_worst_loss'] is not None:
+    lines += ['- Oracle that saves >= '
+              f"{TARGET_SAVED:.0%} in every run by stopping at its best such eval (knowing the "
+              f"future): mean loss {stop['oracle_mean_loss'] * 100:.2f} points, worst "
+              f"{stop['oracle_worst_loss'] * 100:.2f} points."]
+  lines += ['- Reference: a stop that kept a checkpoint exactly at its run\'s late level (the '
+            'mean of the readings from 50% of the run to the final window) would lose > '
+            f"{TARGET_MAX_LOSS * 100:.0f} points in {stop['late_level_share_over_max']:.1%} of "
+            f"runs and {stop['late_level_worst'] * 100:.2f} points in the worst: the final "
+            'value scatters that far above the level of the run\'s second half.']
   lines += [f"- Eval readings scatter with a median sd of {stop['reading_noise_median'] * 100:.2f} "
             'points around their trend (second differences). With no true loss at all, '
             'final minus the reading at the stop step would still reach about '
             f"{stop['noise_worst_loss'] * 100:.1f} points in the worst of "
             f"{stop['default_summary'].get('n', 0)} runs: the worst-case target is below the "
             'noise of a single eval reading.']
-  lines += ['', 'Every setting of the grid, on every run (in sample):', '',
-            '| min_fraction | window_fraction | epsilon | stopped | saved | mean loss (pt) | '
-            'worst loss (pt) | meets loss targets |', '|---|---|---|---|---|---|---|---|']
-  for entry in stop['grid']:
+  pareto = [entry for entry in stop['grid'] if entry['loss_mean'] <= TARGET_MEAN_LOSS
+            and not any(other['loss_mean'] <= TARGET_MEAN_LOSS
+                        and other['saved_mean'] >= entry['saved_mean']
+                        and other['loss_max'] <= entry['loss_max']
+                        and (other['saved_mean'], -other['loss_max'])
+                        != (entry['saved_mean'], -entry['loss_max'])
+                        for other in stop['grid'])]
+  pareto.sort(key=lambda entry: entry['loss_max'])
+  lines += ['', f"In sample, every run: the settings of the {len(stop['grid'])}-setting grid "
+            'that no other setting beats on both steps saved and worst loss (mean loss <= '
+            f'{TARGET_MEAN_LOSS * 100:.0f} point; the whole grid is in the JSON):', '',
+            '| min_fraction | window_fraction | epsilon | confirm_evals | peak_tolerance | '
+            'stopped | saved | mean loss (pt) | runs losing > 3 pt | worst loss (pt) | '
+            'meets loss targets |',
+            '|---|---|---|---|---|---|---|---|---|---|---|']
+  for entry in pareto:
     setting = entry['setting']
     lines.append(f"| {setting['min_fraction']} | {setting['window_fraction']} | "
-                 f"{setting['epsilon']} | {entry['stopped']}/{entry['n']} | "
+                 f"{setting['epsilon']} | {setting['confirm_evals']} | "
+                 f"{_fmt(setting['peak_tolerance'])} | {entry['stopped']}/{entry['n']} | "
                  f"{entry['saved_mean']:.1%} | {entry['loss_mean'] * 100:.2f} | "
-                 f"{entry['loss_max'] * 100:.2f} | {_fmt(meets(entry))} |")
+                 f"{entry['share_over_max']:.1%} | {entry['loss_max'] * 100:.2f} | "
+                 f"{_fmt(meets(entry))} |")
   lines += ['', '## Which trajectory form wins where', '',
             'Per regime and metric: how often each form has the lowest whole-run AICc, and the '
             'lowest error forecasting the last 30% of the run from its first 70%; median over '
@@ -422,6 +666,10 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument('--out', type=Path, default=DEFAULT_OUT)
   parser.add_argument('--write-calibration', action='store_true',
                       help=f'also write the CLI calibration set to {CALIBRATION_PATH}')
+  parser.add_argument('--transfer', nargs='+', type=Path, default=[], metavar='RUN_DIR',
+                      help='finished runs to forecast from the RUN_DIRs alone (none of them '
+                           'calibrates anything), e.g. a regime retuned since: its regime is '
+                           "read from each run's config.json, as the CLI does")
   args = parser.parse_args(argv)
   start = time.time()
   runs = load_runs([path for path in args.run_dirs if path.is_dir()])
@@ -484,6 +732,8 @@ def main(argv: list[str] | None = None) -> int:
       'regime_counts': dict(sorted(regime_counts.items())),
       'forecast_summaries': summaries, 'forecast_rows': forecast_rows,
       'early_stop': early_stop_study(runs), 'form_tally': form_tally, 'form_rows': form_rows,
+      'definition_check': definition_check(runs, args.observe_fraction, features),
+      'transfer': transfer_table(args.transfer, args.observe_fraction, features),
   }
   args.out.mkdir(parents=True, exist_ok=True)
   path = write_report(result, args.out)

@@ -249,6 +249,16 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
   _choice('train.early_stop.rule', es.rule, ('forecast', 'trend'))
   _require(0 < es.window_fraction <= 1,
            f'train.early_stop.window_fraction={es.window_fraction} must be in (0, 1].')
+  fractions = tuple(config.warm_start.level_fractions)
+  levels = d.max_digits - d.min_digits + 1
+  _require(not fractions or d.source == 'arithmetic',
+           f'warm_start.level_fractions={fractions} needs data.source=arithmetic (only its '
+           f'queries carry a difficulty level), not {d.source!r}; set it to ().')
+  _require(not fractions or (len(fractions) == levels and all(0 <= f <= 1 for f in fractions)
+                             and any(f > 0 for f in fractions)),
+           f'warm_start.level_fractions={fractions} must be {levels} fractions in [0, 1] (one '
+           f'per level {d.min_digits}..{d.max_digits} digits), not all 0, or () for the whole '
+           'pool.')
 
 
 def check_config(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:

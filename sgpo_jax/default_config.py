@@ -19,11 +19,10 @@ and seed, starts from the same cached warm start (same model, data and warm_star
 is scored on the same held-out problems; `train.flops_budget` (profiling included) ends it.
 - default: the embedded default's pool and initial policy (the README run's warm-start cache
   is reused), RL on a prefix of the pool.
-- paper_like: toward the regime the sGPO paper targets (most of the pool trivial, a good
-  part unsolved, GRPO sees every prompt at least twice): RL on a pool stratified toward
-  easier levels. Measured: 33% trivial, 8% unsolved (experiments/results/
-  regime_histograms.md): p_hat is spread within every level, so no level mix of this task
-  reaches the paper's 50% / 15%.
+- paper_like: the regime the sGPO paper targets (>= 50% of the pool trivial, >= 15%
+  unsolved, GRPO sees every prompt at least twice): a pool and eval set mixed toward easy
+  levels, and a longer warm start that sees only a tenth of the hardest level
+  (`warm_start.level_fractions`), so most of it is beyond the initial policy.
 - small_pool: a few hundred prompts revisited for many epochs.
 `experiments/regime_histograms.py` profiles each regime's pool and reports its p_hat
 histogram and trivial / unsolved fractions.
@@ -130,6 +129,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.warm_start.learning_rate = 1e-3
   c.warm_start.schedule = 'constant'  # constant | cosine (decay to 0 over `steps`)
   c.warm_start.cache_dir = ''  # '' = <workdir>/warm_start; shared dir to reuse across runs
+  # One fraction per difficulty level (min_digits..max_digits): SFT sees only the first
+  # that-share of each level's pool queries, so a level it rarely sees stays mostly beyond
+  # the initial policy, as hard problems are for a real LLM. () = the whole pool.
+  c.warm_start.level_fractions = ()
 
   c.profile = ml_collections.ConfigDict()
   c.profile.num_samples = 8  # k samples per query under the initial policy
@@ -289,9 +292,13 @@ def apply_regime(c: ml_collections.ConfigDict, regime: str) -> None:
     c.data.rl_pool_size = 1024
     c.train.flops_budget = 1.5e12
   elif regime == 'paper_like':
-    # The default's pool and initial policy; RL on a pool skewed to easier levels.
-    c.warm_start.steps = 1500
-    c.data.rl_difficulty_weights = (0.04, 0.36, 0.35, 0.25)
+    # Its own pool, eval set (one difficulty mix) and warm start: SFT sees all of levels
+    # 1-3 but only a tenth of level 4 (none of the RL pool's), long enough that levels 1-3
+    # are mastered and level 4 is mostly beyond the policy (experiments/results/
+    # regime_histograms.md), as in LLM RLVR on a dataset of mostly solved problems.
+    c.data.difficulty_weights = (0.01, 0.39, 0.35, 0.25)
+    c.warm_start.level_fractions = (1.0, 1.0, 1.0, 0.1)
+    c.warm_start.steps = 2250
     c.data.rl_pool_size = 512
     c.train.flops_budget = 1.5e12
   elif regime == 'small_pool':

@@ -31,6 +31,8 @@ from sgpo_jax import tasks
 def cache_key(config) -> str:
   relevant = {k: config[k].to_dict() for k in ('model', 'data', 'warm_start', 'tokenizer')}
   relevant['warm_start'].pop('cache_dir', None)
+  if not relevant['warm_start'].get('level_fractions', ()):
+    relevant['warm_start'].pop('level_fractions', None)  # keys of whole-pool caches stay as they were
   if relevant['warm_start'].get('schedule', 'constant') == 'constant':
     relevant['warm_start'].pop('schedule', None)  # keys of constant-lr caches stay as they were
   relevant['data'].pop('rl_pool_size', None)  # SFT always sees the whole pool
@@ -42,6 +44,31 @@ def cache_key(config) -> str:
     relevant['eval_core'] = 512
   blob = json.dumps(relevant, sort_keys=True, default=str)
   return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def sft_queries(queries, ws_config, min_level: int = 1) -> list:
+  """The pool queries the warm start trains on, in pool order: all of them, or with
+  `ws_config.level_fractions` the last round(f * n) of each level's n queries (level
+  `min_level + i` gets fraction i). The last: the RL pool is a prefix of the pool
+  (`data.rl_pool_size`), so the few problems SFT sees of a partly-seen level are not ones RL
+  is scored on having learnt."""
+  fractions = tuple(ws_config.get('level_fractions', ()))
+  if not fractions:
+    return list(queries)
+  per_level: dict[int, int] = {}
+  for q in queries:
+    per_level[q.difficulty] = per_level.get(q.difficulty, 0) + 1
+  keep = {d: round(fractions[d - min_level] * n) for d, n in per_level.items()}
+  seen = {d: 0 for d in keep}
+  kept = []
+  for q in queries:
+    seen[q.difficulty] += 1
+    if seen[q.difficulty] > per_level[q.difficulty] - keep[q.difficulty]:
+      kept.append(q)
+  if not kept:
+    raise ValueError(f'warm_start.level_fractions={fractions} leaves no pool query to train '
+                     'on; raise a fraction or set () (the whole pool).')
+  return kept
 
 
 def sft_examples(queries, tokenizer, data_config, max_prompt_len: int, max_new_tokens: int):
@@ -157,7 +184,8 @@ def initial_policy(config, cfg: model_lib.ModelConfig, mesh, tokenizer, train_qu
     return params, shardings, info
   start = time.time()
   params, _ = sharding_lib.init_sharded_params(cfg, mesh, jax.random.key(config.data.seed))
-  examples = sft_examples(train_queries, tokenizer, config.data, config.sampling.max_prompt_len,
+  sft_pool = sft_queries(train_queries, config.warm_start, config.data.min_digits)
+  examples = sft_examples(sft_pool, tokenizer, config.data, config.sampling.max_prompt_len,
                           config.sampling.max_new_tokens)
   params, final_loss = train_sft(cfg, params, shardings, mesh, examples, config.warm_start,
                                  config.data.seed, show_progress)

@@ -342,3 +342,20 @@ def test_bayes_diagnostics_on_a_hand_made_run(tmp_path):
                           'sgpo_bayes', '--seeds', '0', '--out', str(out)])
   assert '| sgpo_bayes | 1 | 70.0 | 10.0% | 30.0% | 60.0% | 2.50 | 2.00 | 33.3% |' \
       in out.read_text()
+
+
+def test_a_run_locked_by_another_sweep_process_is_skipped_not_rerun(tmp_path):
+  """Two sweep processes over one runs dir: the second skips a run the first is running."""
+  import fcntl
+  entry = {'regime': 'paper_like', 'name': 'grpo_seed0', 'overrides': {'method': 'grpo'}}
+  workdir = tmp_path / 'paper_like' / 'grpo_seed0'
+  workdir.mkdir(parents=True)
+  logs = []
+  with open(workdir / compare.RUN_LOCK, 'w') as held:
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    # A lock held through another open file description blocks, as another process's would.
+    assert compare.run_one(entry, str(tmp_path), '/nonexistent-code-dir', logs.append) is None
+  assert 'another sweep process is running it' in logs[-1]
+  assert not (workdir / 'stdout.log').exists()  # nothing was started
+  (workdir / 'summary.json').write_text('{}')  # finished: reported done, not rerun
+  assert compare.run_one(entry, str(tmp_path), '/nonexistent-code-dir', logs.append) is True

@@ -76,33 +76,81 @@ def test_regime_args_select_named_blocks():
     default_config.get_config('regim=default')
 
 
-def test_default_regime_shares_the_readme_runs_initial_policy():
+def test_default_and_small_pool_share_the_readme_runs_initial_policy():
   from sgpo_jax import warm_start
   readme = default_config.get_config()
-  for regime in default_config.REGIMES:
+  for regime in ('default', 'small_pool'):
     c = default_config.get_config(f'regime={regime}')
-    c.warm_start.steps = readme.warm_start.steps  # paper_like: the same SFT, run longer
     assert warm_start.cache_key(c) == warm_start.cache_key(readme), regime
-  # Every method of a regime starts from the same policy.
-  keys = {warm_start.cache_key(default_config.get_config(f'regime=paper_like,method={m}'))
-          for m in ('sgpo', 'grpo', 'dapo')}
-  assert len(keys) == 1
+  # paper_like has its own pool and warm start; every method of a regime starts from the
+  # same policy.
+  assert warm_start.cache_key(default_config.get_config('regime=paper_like')) != \
+      warm_start.cache_key(readme)
+  for regime in default_config.REGIMES:
+    keys = {warm_start.cache_key(default_config.get_config(f'regime={regime},method={m}'))
+            for m in ('sgpo', 'grpo', 'dapo', 'greso', 'knapsack', 'sgpo_bayes')}
+    assert len(keys) == 1, regime
 
 
-def test_paper_like_pool_is_skewed_to_easy_levels():
+def test_paper_like_pool_eval_and_warm_start_data():
+  """paper_like: pool and eval share one difficulty mix; the warm start sees every query of
+  levels 1-3 and only the last 10% of level 4, none of them in the RL pool."""
+  from sgpo_jax import warm_start
   c = default_config.get_config('regime=paper_like')
   full = load_queries(c.data, 'train', seed=c.data.seed)
+  evals = load_queries(c.data, 'test', seed=c.data.seed)
+  weights = c.data.difficulty_weights
+  assert collections.Counter(q.difficulty for q in full) == arithmetic.level_counts(
+      len(full), weights, 1, 4)
+  assert collections.Counter(q.difficulty for q in evals) == arithmetic.level_counts(
+      len(evals), weights, 1, 4)
   pool = data_lib.rl_pool(full, c.data)
-  expected = arithmetic.level_counts(c.data.rl_pool_size, c.data.rl_difficulty_weights,
-                                     c.data.min_digits, c.data.max_digits)
-  assert collections.Counter(q.difficulty for q in pool) == expected
-  # The first queries of each level, in pool order.
-  for d, n in expected.items():
-    assert [q for q in pool if q.difficulty == d] == [q for q in full if q.difficulty == d][:n]
-  assert [full.index(q) for q in pool] == sorted(full.index(q) for q in pool)
-  # The pool the warm start sees is the default's: uniform digits, so d4 dominates it.
-  levels = collections.Counter(q.difficulty for q in full)
-  assert levels[4] > levels[3] > levels[2] > levels[1]
+  assert pool == full[:c.data.rl_pool_size]
+  sft = warm_start.sft_queries(full, c.warm_start, c.data.min_digits)
+  n4 = sum(q.difficulty == 4 for q in full)
+  assert sum(q.difficulty == 4 for q in sft) == round(0.1 * n4)
+  assert [q for q in sft if q.difficulty < 4] == [q for q in full if q.difficulty < 4]
+  assert not {q.prompt for q in sft if q.difficulty == 4} & {q.prompt for q in pool}
+
+
+def test_sft_queries_takes_the_last_share_of_each_level():
+  from sgpo_jax import warm_start
+  c = default_config.get_config()
+  queries = [arithmetic.make_query(ops) for ops in
+             ([1, 2], [10, 3], [4, 5], [11, 12], [100, 1], [13, 14], [6, 7], [15, 16])]
+  # levels: 1 1 2 1 ... -> d1: [1+2, 4+5, 6+7]; d2: [10+3, 11+12, 13+14, 15+16]; d3: [100+1]
+  assert warm_start.sft_queries(queries, c.warm_start) == queries  # () = the whole pool
+  c.warm_start.level_fractions = (1.0, 0.5, 0.0, 0.0)
+  kept = warm_start.sft_queries(queries, c.warm_start)
+  assert [q.id for q in kept] == ['1+2', '4+5', '13+14', '6+7', '15+16']
+  c.warm_start.level_fractions = (0.34, 0.0, 1.0, 0.0)  # round(0.34 * 3) = 1: the last d1
+  assert [q.id for q in warm_start.sft_queries(queries, c.warm_start)] == ['100+1', '6+7']
+  c.warm_start.level_fractions = (0.0, 0.0, 0.0, 1.0)
+  with pytest.raises(ValueError, match='leaves no pool query'):
+    warm_start.sft_queries(queries, c.warm_start)
+
+
+@pytest.mark.parametrize('fractions, match', [
+    ((1.0, 1.0, 1.0), 'must be 4 fractions'),
+    ((1.0, 1.0, 1.0, 1.5), 'must be 4 fractions in'),
+    ((0.0, 0.0, 0.0, 0.0), 'not all 0'),
+])
+def test_level_fractions_are_checked(fractions, match):
+  c = default_config.get_config()
+  c.warm_start.level_fractions = fractions
+  with pytest.raises(ValueError, match=match):
+    config_check.check_config(c, num_devices=1)
+
+
+def test_level_fractions_key_their_own_cache():
+  from sgpo_jax import warm_start
+  c = default_config.get_config()
+  whole = warm_start.cache_key(c)
+  del c.warm_start['level_fractions']  # caches made before the field existed keep their key
+  assert warm_start.cache_key(c) == whole
+  c = default_config.get_config()
+  c.warm_start.level_fractions = (1.0, 1.0, 1.0, 0.1)
+  assert warm_start.cache_key(c) != whole
 
 
 def test_rl_pool_prefix_and_errors():

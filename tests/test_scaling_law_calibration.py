@@ -10,11 +10,25 @@ import pytest
 
 from sgpo_jax.scaling_law import __main__ as scaling_law_cli
 from sgpo_jax.scaling_law import forecast, load_run, write_synthetic_run
-from sgpo_jax.scaling_law.calibration import (CalibrationSet, PrefixFeatures,
-                                              blend_coefficients, calibrated_forecast,
-                                              flat_level, loo_residuals, predict_drift)
-from sgpo_jax.scaling_law.conformal import (conformal_interval, conformal_quantile,
-                                            conformal_rank, coverage, interval_contains)
+from sgpo_jax.scaling_law.calibration import (
+  CalibrationSet,
+  PrefixFeatures,
+  blend_coefficients,
+  calibrated_forecast,
+  flat_level,
+  loo_residuals,
+  predict_drift,
+  predict_pooled,
+  scaled_drift,
+  shrinkage_line,
+)
+from sgpo_jax.scaling_law.conformal import (
+  conformal_interval,
+  conformal_quantile,
+  conformal_rank,
+  coverage,
+  interval_contains,
+)
 from sgpo_jax.scaling_law.early_stop import trend_gain, trend_stop_step
 from sgpo_jax.scaling_law.runs import choose_metric, run_length
 
@@ -55,10 +69,11 @@ def test_interval_containment_and_coverage():
     coverage([(0, 1), (0, 1)], [0.5])
 
 
-def _record(run, flat, actual, curve=None, metric='eval_accuracy', method='grpo', group=''):
+def _record(run, flat, actual, curve=None, metric='eval_accuracy', method='grpo', group='',
+            regime=''):
   return PrefixFeatures(run=run, metric=metric, method=method, observe_fraction=0.3,
                         total_steps=100, observed_until_step=30, n_observed=4, flat=flat,
-                        curve=curve, form=None, actual=actual, group=group)
+                        curve=curve, form=None, actual=actual, group=group, regime=regime)
 
 
 def test_flat_level_is_the_mean_of_the_last_third():
@@ -147,6 +162,89 @@ def test_calibration_set_round_trips_json_and_picks_nearest_fraction(tmp_path):
     CalibrationSet.load(tmp_path / 'missing.json')
 
 
+def test_shrinkage_line_by_hand():
+  # flats 0.2, 0.4, 0.6; finals 0.3, 0.4, 0.5: slope 0.04 / 0.08 = 0.5, a = 0.4 - 0.5 * 0.4.
+  records = [_record('a', 0.2, 0.3), _record('b', 0.4, 0.4), _record('c', 0.6, 0.5)]
+  assert shrinkage_line(records) == pytest.approx((0.2, 0.5))
+  # Slope (0.06 + 0.10) / 0.08 = 2 is clipped to 1; a = mean(final - flat) = 0.2 / 3.
+  steep = [_record('a', 0.2, 0.1), _record('b', 0.4, 0.4), _record('c', 0.6, 0.9)]
+  assert shrinkage_line(steep) == pytest.approx((0.2 / 3, 1.0))
+  # No spread in flat: the mean final, slope 0.
+  assert shrinkage_line([_record('a', 0.5, 0.6), _record('b', 0.5, 0.7)]) == pytest.approx(
+      (0.65, 0.0))
+
+
+def test_scaled_drift_rescales_moves_to_the_targets_level():
+  # Scales sqrt(p(1 - p)): 0.3 at 0.1 and 0.9, 0.5 at 0.5. Moves 0.09, 0.03, 0.05 scale to
+  # 0.3, 0.1, 0.1: median 0.1, times the target's scale 0.5.
+  records = [_record('a', 0.1, 0.19), _record('b', 0.9, 0.93), _record('c', 0.5, 0.55)]
+  assert scaled_drift(_record('t', 0.5, None), records) == pytest.approx(0.55)
+  # A run at 0.01 (scale floored at 0.1) gets a tenth of that move.
+  assert scaled_drift(_record('t', 0.01, None), records) == pytest.approx(0.02)
+
+
+def test_pooled_predictor_by_hand(monkeypatch):
+  from sgpo_jax.scaling_law import calibration
+  monkeypatch.setattr(calibration, 'MIN_REGRESSION_RECORDS', 3)
+  monkeypatch.setattr(calibration, 'METHOD_SHRINKAGE', 1.0)
+  records = [_record('a', 0.2, 0.4, method='m', regime='r'),
+             _record('b', 0.4, 0.4, method='g', regime='r'),
+             _record('c', 0.6, 0.5, method='g', regime='r'),
+             _record('x', 0.5, 0.9, method='m', regime='other')]
+  # Regime r: finals 0.4, 0.4, 0.5 on flats 0.2, 0.4, 0.6: slope 0.02 / 0.08 = 0.25,
+  # a = 0.4333 - 0.1 -> 0.3333 + 0.25 * 0.5 = 0.4583 at flat 0.5. Method m's offset: a's
+  # residual from the line through b and c (0.2 + 0.5 flat): 0.4 - 0.3 = 0.1, shrunk by
+  # 1 / (1 + 1) -> 0.05. The other regime's run plays no part.
+  target = _record('t', 0.5, None, method='m', regime='r')
+  assert predict_pooled(target, records) == pytest.approx(0.2 / 0.6 + 0.125 + 0.05)
+  # Method g: b's residual from the line through a and c (0.35 + 0.25 flat) is -0.05, c's
+  # from the line through a and b (0.4) is 0.1: mean 0.025, shrunk by 2 / (2 + 1).
+  other = _record('t', 0.5, None, method='g', regime='r')
+  assert predict_pooled(other, records) == pytest.approx(0.2 / 0.6 + 0.125 + 0.025 * 2 / 3)
+  # A method without runs in the regime: no offset.
+  new = _record('t', 0.5, None, method='n', regime='r')
+  assert predict_pooled(new, records) == pytest.approx(0.2 / 0.6 + 0.125)
+  # Too few runs of its regime (one, < MIN_REGIME_DRIFT_RECORDS): the scaled median move
+  # over every run.
+  lone = _record('t', 0.5, None, method='m', regime='other')
+  assert predict_pooled(lone, records) == pytest.approx(scaled_drift(lone, records))
+
+
+def test_a_run_outside_its_regimes_levels_is_not_shrunk_towards_them():
+  import dataclasses
+  from sgpo_jax.scaling_law.calibration import matches_regime, within_range
+  # Range 0.60-0.69: margin max(1.0 * 0.09, 0.02) = 0.09 -> 0.51-0.78.
+  flats = [0.60 + 0.01 * i for i in range(10)]
+  assert within_range(0.52, flats) and within_range(0.77, flats)
+  assert not within_range(0.50, flats) and not within_range(0.79, flats)
+  assert within_range(0.615, flats[:2]) and not within_range(0.635, flats[:2])  # 0.02 floor
+  records = [dataclasses.replace(_record(f'r{i}', flat, 0.70, regime='r'), initial=0.63)
+             for i, flat in enumerate(flats)]
+  # Same flat level, but a different initial policy (0.78 vs 0.63 +- 0.02): not this regime.
+  retuned = dataclasses.replace(_record('t', 0.65, None, regime='r'), initial=0.78)
+  assert not matches_regime(retuned, records)
+  assert matches_regime(dataclasses.replace(retuned, initial=0.64), records)
+  assert matches_regime(dataclasses.replace(retuned, initial=None), records)  # old records
+  # Not shrunk towards the regime's 0.70: the scaled median move of every run instead.
+  assert predict_pooled(retuned, records) == pytest.approx(scaled_drift(retuned, records))
+  calibration = CalibrationSet(records, 'set')
+  _, description = calibration.select('eval_accuracy', 0.3, 'grpo', 'r', target=retuned)
+  assert 'not of regime r' in description
+  _, description = calibration.select('eval_accuracy', 0.3, 'grpo', 'r',
+                                      target=dataclasses.replace(retuned, initial=0.63))
+  assert description.startswith('10 runs of regime r')
+
+
+def test_calibrated_forecast_with_pooled_never_sees_its_run():
+  records = [_record(f'r{i}', 0.5 + 0.01 * i, 0.55 + 0.01 * i, regime='r') for i in range(12)]
+  calibration = CalibrationSet(records + [_record('t', 0.5, 0.9, regime='r')])
+  target = _record('t', 0.5, 0.9, regime='r')
+  result = calibrated_forecast(target, calibration, predictor='pooled')
+  # Every other run moved +0.05 on a slope-1 line: the target's own 0.9 is not learnt.
+  assert result.predicted_final == pytest.approx(0.55)
+  assert result.n_calibration == 12
+
+
 def dataclass_replace(record, fraction):
   import dataclasses
   return dataclasses.replace(record, observe_fraction=fraction)
@@ -170,6 +268,62 @@ def test_trend_rule_on_hand_made_curves():
   assert trend_stop_step(steps, np.full(11, 0.8), 100, min_fraction=0.5) == 50
   with pytest.raises(ValueError, match='window_fraction=0'):
     trend_stop_step(steps, rising, 100, window_fraction=0)
+
+
+def test_trend_rule_confirmation_and_peak_tolerance_by_hand():
+  steps = np.arange(0, 101, 10, dtype=float)
+  # Flat at 0.5 with one dip to 0.45 at step 60.
+  values = np.full(11, 0.5)
+  values[6] = 0.45
+  options = {'min_fraction': 0.5, 'window_fraction': 0.3, 'epsilon': 0.01}
+  assert trend_stop_step(steps, values, 100, **options) == 50
+  # Flat at 50 and at 60 (a falling line is flat): the second in a row is 60, the dip.
+  assert trend_stop_step(steps, values, 100, confirm_evals=2, **options) == 60
+  # A peak tolerance of 0.02 refuses 0.45 < 0.5 - 0.02; at 70 the reading 0.5 is the best so
+  # far (the line through 40..70 still falls): stop there. A tolerance of 0.05 takes 60.
+  assert trend_stop_step(steps, values, 100, confirm_evals=2, peak_tolerance=0.02,
+                         **options) == 70
+  assert trend_stop_step(steps, values, 100, confirm_evals=2, peak_tolerance=0.05,
+                         **options) == 60
+  assert trend_stop_step(steps, values, 100, confirm_evals=2, peak_tolerance=math.inf,
+                         **options) == 60  # inf: no guard
+  # The step-0 reading does not count as a peak: a run that starts high can still stop.
+  start_high = np.r_[0.9, np.full(10, 0.5)]
+  assert trend_stop_step(steps, start_high, 100, peak_tolerance=0.0, **options) == 50
+  # A step up at 60 breaks the streak. Gains: 50 -> 0 (flat); 60 -> 0.003/step x 40 = 0.12;
+  # 70 -> 0.004 x 30 = 0.12; 80 -> 0.003 x 20 = 0.06; 90 -> 0 (flat, first in a row); 100 is
+  # the end. One flat eval stops at 50; two in a row never come.
+  rising = np.full(11, 0.5)
+  rising[6:] = 0.6
+  assert trend_stop_step(steps, rising, 100, **options) == 50
+  assert trend_stop_step(steps, rising, 100, confirm_evals=2, **options) is None
+  with pytest.raises(ValueError, match='confirm_evals=0'):
+    trend_stop_step(steps, values, 100, confirm_evals=0)
+  with pytest.raises(ValueError, match='peak_tolerance=-0.01'):
+    trend_stop_step(steps, values, 100, peak_tolerance=-0.01)
+
+
+def test_trend_stopper_matches_the_pure_rule_with_confirmation_and_guard():
+  from sgpo_jax.scaling_law.early_stop import TrendStopper
+  values = [0.5] * 11
+  values[6] = 0.45
+  config = {'enabled': True, 'epsilon': 0.01, 'min_fraction': 0.5, 'window_fraction': 0.3,
+            'confirm_evals': 2, 'peak_tolerance': 0.02}
+  stopper = TrendStopper(config, 100)
+  stop = None
+  for step in range(101):
+    row = {'step': step}
+    if step % 10 == 0:
+      row['eval_accuracy'] = values[step // 10]
+    decision = stopper.update_row(row)
+    if decision is not None and decision.should_stop:
+      stop = step
+      break
+  assert stop == 70
+  # Without the optional keys the stopper keeps the single-eval rule.
+  plain = TrendStopper({k: v for k, v in config.items()
+                        if k not in ('confirm_evals', 'peak_tolerance')}, 100)
+  assert plain.confirm_evals == 1 and plain.peak_tolerance is None
 
 
 def test_run_length_is_the_steps_taken_or_the_budget_step():
@@ -300,6 +454,7 @@ def test_config_check_names_a_bad_early_stop_setting_before_compute():
   config.train.early_stop.update(rule='trend', window_fraction=0.0)
   with pytest.raises(ValueError, match='train.early_stop.window_fraction=0.0'):
     config_check.check_config(config)
+
 
 
 def test_shipped_calibration_set_gives_finite_intervals_for_each_metric():

@@ -13,6 +13,16 @@ Point predictors (`PREDICTORS`), each fitted on calibration runs only:
   config (`group`) when at least MIN_GROUP_RECORDS of them are calibration runs.
 - blend: flat + a + b·(curve - flat), a and b by least squares over calibration runs
   (b clipped to [0, 1]): the curve's extrapolation, shrunk by how well it has done.
+- pooled (the default; a hierarchical "joint law" over runs): with at least
+  MIN_REGRESSION_RECORDS calibration runs of the run's own regime, final = a + b·flat by
+  least squares over them (b clipped to [0, 1]: a run's prefix is a noisy estimate of its
+  level, so the forecast shrinks it towards the regime's), plus a method offset: the mean
+  leave-one-out residual of the regime's runs of the same method, shrunk by k/(k +
+  METHOD_SHRINKAGE) for k such runs. With MIN_REGIME_DRIFT_RECORDS to
+  MIN_REGRESSION_RECORDS - 1 runs of the regime, and otherwise over every calibration run:
+  flat + s·median((final - flat)/s) with s = `residual_scale` (moves of runs at other
+  levels, rescaled to this run's). A regime's runs count only when the run
+  `matches_regime`: its first reading and flat level lie within their range.
 
 Scores are normalised (Lei et al. 2018): each residual is divided by a scale known before
 the run ends, sqrt(p(1 - p)) of the flat level p for accuracies and rewards (floored at
@@ -25,7 +35,12 @@ model and budget) when at least MIN_POOL_RECORDS of them exist, else of its meth
 MIN_METHOD_RECORDS exist, else all. Intervals: the predictor's absolute errors on the
 calibration runs, each forecast by the predictor fitted without that run (leave-one-out),
 are the conformal scores (see `conformal`). A run is never in its own calibration set
-(`CalibrationSet.without`); with leave_out_group neither is any seed of its config.
+(`CalibrationSet.without`); with leave_out_group neither is any seed of its config, and each
+score is then leave-group-out too (a forecast for an unseen config misses by more than one
+whose other seeds are known, and its interval must say so).
+
+A run's regime comes from its config.json `regime` (the comparison protocol's named
+regimes) unless given; a run without one is forecast from the method or whole pool.
 """
 
 from __future__ import annotations
@@ -45,7 +60,7 @@ from sgpo_jax.scaling_law.trajectory import DEFAULT_FORMS
 # Range of each metric; intervals are cut to it (they always keep their point).
 METRIC_BOUNDS = {'eval_accuracy': (0.0, 1.0), 'reward_mean': (0.0, 1.0),
                  'reward_over_profile': (-1.0, 1.0)}
-DEFAULT_PREDICTOR = 'drift'
+DEFAULT_PREDICTOR = 'pooled'
 # Calibrate on runs of the run's own regime when at least this many exist (the fewest that
 # give a finite 90% conformal interval), else of its method, else on all.
 MIN_POOL_RECORDS = 9
@@ -54,6 +69,19 @@ MIN_METHOD_RECORDS = 10
 MIN_GROUP_RECORDS = 2
 FLAT_TAIL = 1 / 3  # the flat level is the mean of the last third of the observed points
 MIN_SCALE = 0.1  # floor of the residual scale sqrt(p(1 - p)) (reached at p ~ 0.01)
+# pooled: a regression of final on flat needs this many runs of the regime (as many as a
+# finite 90% conformal interval needs), a regime median move this many.
+MIN_REGRESSION_RECORDS = 9
+MIN_REGIME_DRIFT_RECORDS = 4
+# pooled: a method offset estimated from k runs is shrunk by k / (k + METHOD_SHRINKAGE)
+# (pseudo-runs at offset 0: the method's effect is not known better than the run noise).
+METHOD_SHRINKAGE = 4.0
+# A regime's runs calibrate a run only when its flat level lies within their flat levels'
+# range widened by this fraction of the range on each side (at least MIN_SUPPORT_MARGIN):
+# a run outside it (e.g. a regime retuned since the calibration set was built) is not
+# shrunk towards a level its regime no longer has.
+SUPPORT_MARGIN = 1.0
+MIN_SUPPORT_MARGIN = 0.02
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +102,7 @@ class PrefixFeatures:
   actual: float | None  # final value (mean of the last 5% of steps); None while running
   group: str = ''  # runs sharing a group (e.g. the seeds of one config) are held out together
   regime: str = ''  # runs of one task, model and budget: the preferred calibration pool
+  initial: float | None = None  # first reading (the initial policy's, for eval_accuracy)
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -104,6 +133,7 @@ def prefix_features(run: Any, observe_fraction: float, *, forms: Sequence[str] =
   if not seen.any():
     raise ValueError(f'{run.name}: no {run.metric} logged at or before step {cut:.0f} '
                      f'({observe_fraction:g} of {run.total_steps} steps)')
+  regime = regime or getattr(run, 'regime', '')
   curve = form = None
   try:
     result = forecast(run.steps, run.values, run.total_steps, observe_fraction, forms=forms,
@@ -115,7 +145,8 @@ def prefix_features(run: Any, observe_fraction: float, *, forms: Sequence[str] =
       run=run.name, metric=run.metric, method=run.method, observe_fraction=observe_fraction,
       total_steps=int(run.total_steps), observed_until_step=float(run.steps[seen][-1]),
       n_observed=int(seen.sum()), flat=flat_level(run.values[seen]), curve=curve, form=form,
-      actual=float(run.actual_final) if run.finished else None, group=group, regime=regime)
+      actual=float(run.actual_final) if run.finished else None, group=group, regime=regime,
+      initial=float(run.values[0]))
 
 
 # A predictor: (target, calibration records) -> point forecast.
@@ -167,8 +198,79 @@ def predict_blend(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> 
   return target.flat + a + b * (_curve_or_flat(target) - target.flat)
 
 
+def shrinkage_line(records: Sequence[PrefixFeatures]) -> tuple[float, float]:
+  """(a, b) minimising sum (final - a - b·flat)^2 over finished records, b clipped to
+  [0, 1] (a refitted for a clipped b); (mean final, 0) when the flat levels do not vary."""
+  known = [record for record in records if record.actual is not None]
+  if not known:
+    raise ValueError('shrinkage_line needs at least one finished record')
+  flats = np.array([record.flat for record in known])
+  finals = np.array([record.actual for record in known])
+  if len(known) < 2 or np.ptp(flats) < 1e-12:
+    return float(np.mean(finals)), 0.0
+  b = float(np.sum((flats - flats.mean()) * (finals - finals.mean()))
+            / np.sum((flats - flats.mean()) ** 2))
+  b = float(np.clip(b, 0.0, 1.0))
+  return float(np.mean(finals - b * flats)), b
+
+
+def scaled_drift(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> float:
+  """flat + s·median((final - flat)/s) over finished records, s = `residual_scale`."""
+  known = [record for record in records if record.actual is not None]
+  if not known:
+    return target.flat
+  moves = [(record.actual - record.flat) / residual_scale(record) for record in known]
+  return target.flat + residual_scale(target) * float(np.median(moves))
+
+
+def within_range(value: float, values: Sequence[float]) -> bool:
+  """Whether `value` lies within the range of `values`, widened on each side by
+  SUPPORT_MARGIN of the range (at least MIN_SUPPORT_MARGIN)."""
+  if len(values) == 0:
+    return False
+  low, high = min(values), max(values)
+  margin = max(SUPPORT_MARGIN * (high - low), MIN_SUPPORT_MARGIN)
+  return low - margin <= value <= high + margin
+
+
+def matches_regime(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> bool:
+  """Whether `target` looks like a run of the regime `records` come from: its flat level,
+  and its first reading when all of them have one (runs of one regime share their initial
+  policy), are `within_range` of theirs."""
+  if not records or not within_range(target.flat, [record.flat for record in records]):
+    return False
+  initials = [record.initial for record in records]
+  if target.initial is None or any(value is None for value in initials):
+    return True
+  return within_range(target.initial, initials)
+
+
+def predict_pooled(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> float:
+  known = [record for record in records if record.actual is not None]
+  regime = [record for record in known if target.regime and record.regime == target.regime]
+  if not matches_regime(target, regime):
+    regime = []
+  if len(regime) >= MIN_REGRESSION_RECORDS:
+    a, b = shrinkage_line(regime)
+    same_method = [i for i, record in enumerate(regime)
+                   if target.method is not None and record.method == target.method]
+    siblings = [i for i, record in enumerate(regime)
+                if target.group and record.group == target.group]
+    offsets = []
+    for i in siblings if len(siblings) >= MIN_GROUP_RECORDS else same_method:
+      a_i, b_i = shrinkage_line(regime[:i] + regime[i + 1:])
+      offsets.append(regime[i].actual - a_i - b_i * regime[i].flat)
+    k = len(offsets)
+    offset = float(np.mean(offsets)) * k / (k + METHOD_SHRINKAGE) if k else 0.0
+    return a + b * target.flat + offset
+  if len(regime) >= MIN_REGIME_DRIFT_RECORDS:
+    return scaled_drift(target, regime)
+  return scaled_drift(target, known)
+
+
 PREDICTORS: dict[str, Predictor] = {'flat': predict_flat, 'curve': predict_curve,
-                                    'drift': predict_drift, 'blend': predict_blend}
+                                    'drift': predict_drift, 'blend': predict_blend,
+                                    'pooled': predict_pooled}
 
 
 def get_predictor(name: str) -> Predictor:
@@ -177,13 +279,20 @@ def get_predictor(name: str) -> Predictor:
   return PREDICTORS[name]
 
 
-def loo_residuals(records: Sequence[PrefixFeatures], predictor: str = DEFAULT_PREDICTOR
-                  ) -> np.ndarray:
-  """actual - forecast for each finished record, the predictor fitted on the others."""
+def loo_residuals(records: Sequence[PrefixFeatures], predictor: str = DEFAULT_PREDICTOR,
+                  leave_out_group: bool = False) -> np.ndarray:
+  """actual - forecast for each finished record, the predictor fitted on the others (with
+  `leave_out_group`, on the records of other groups only: the scores then measure what a
+  forecast for an unseen config misses by)."""
   predict = get_predictor(predictor)
   known = [record for record in records if record.actual is not None]
-  return np.array([record.actual - predict(record, known[:i] + known[i + 1:])
-                   for i, record in enumerate(known)])
+  residuals = []
+  for i, record in enumerate(known):
+    others = known[:i] + known[i + 1:]
+    if leave_out_group and record.group:
+      others = [other for other in others if other.group != record.group]
+    residuals.append(record.actual - predict(record, others))
+  return np.array(residuals)
 
 
 def residual_scale(record: PrefixFeatures) -> float:
@@ -194,12 +303,14 @@ def residual_scale(record: PrefixFeatures) -> float:
   return max(math.sqrt(p * (1.0 - p)), MIN_SCALE)
 
 
-def normalised_scores(records: Sequence[PrefixFeatures], predictor: str = DEFAULT_PREDICTOR
-                      ) -> np.ndarray:
-  """Leave-one-out residuals divided by each record's `residual_scale`."""
+def normalised_scores(records: Sequence[PrefixFeatures], predictor: str = DEFAULT_PREDICTOR,
+                      leave_out_group: bool = False) -> np.ndarray:
+  """Leave-one-out (or leave-group-out) residuals divided by each record's
+  `residual_scale`."""
   known = [record for record in records if record.actual is not None]
   scales = np.array([residual_scale(record) for record in known])
-  return loo_residuals(known, predictor) / scales if known else np.zeros(0)
+  return (loo_residuals(known, predictor, leave_out_group) / scales if known
+          else np.zeros(0))
 
 
 @dataclasses.dataclass
@@ -217,10 +328,12 @@ class CalibrationSet:
     return CalibrationSet(kept, self.source)
 
   def select(self, metric: str, observe_fraction: float, method: str | None = None,
-             regime: str = '') -> tuple[list[PrefixFeatures], str]:
+             regime: str = '', target: PrefixFeatures | None = None
+             ) -> tuple[list[PrefixFeatures], str]:
     """Finished records of `metric` at the fraction nearest `observe_fraction`; of `regime`
-    when there are MIN_POOL_RECORDS of them, else of `method` when there are
-    MIN_METHOD_RECORDS. Returns (records, description)."""
+    when there are MIN_POOL_RECORDS of them (and, given a `target` run, it
+    `matches_regime`), else of `method` when there are MIN_METHOD_RECORDS.
+    Returns (records, description)."""
     usable = [r for r in self.records if r.metric == metric and r.actual is not None]
     if not usable:
       return [], f'no calibration runs for {metric}'
@@ -229,6 +342,12 @@ class CalibrationSet:
     usable = [r for r in usable if r.observe_fraction == nearest]
     same_regime = [r for r in usable if regime and r.regime == regime]
     own = [r for r in usable if method is not None and r.method == method]
+    note = ''
+    if (len(same_regime) >= MIN_POOL_RECORDS and target is not None
+        and not matches_regime(target, same_regime)):
+      note = (f' (not of regime {regime}: the run\'s first reading or flat level is outside '
+              'the range of its runs\'; was the regime retuned?)')
+      same_regime = []
     if len(same_regime) >= MIN_POOL_RECORDS:
       usable, which = same_regime, f'runs of regime {regime}'
     elif len(own) >= MIN_METHOD_RECORDS:
@@ -236,7 +355,7 @@ class CalibrationSet:
     else:
       which = 'runs of every method'
     return usable, (f'{len(usable)} {which} of {self.source or "the calibration set"}, '
-                    f'{metric} from the first {nearest:g}')
+                    f'{metric} from the first {nearest:g}{note}')
 
   def to_json(self) -> str:
     return json.dumps({'source': self.source,
@@ -277,11 +396,11 @@ def calibrated_forecast(target: PrefixFeatures, calibration: CalibrationSet, *,
   `leave_out_group` no run of its group (the other seeds of its config) either."""
   pool = calibration.without(target.run, target.group if leave_out_group else '')
   records, description = pool.select(target.metric, target.observe_fraction, target.method,
-                                     target.regime)
+                                     target.regime, target)
   point = get_predictor(predictor)(target, records)
   bounds = METRIC_BOUNDS.get(target.metric, (-math.inf, math.inf))
   point = float(np.clip(point, *bounds))
-  scores = normalised_scores(records, predictor) * residual_scale(target)
+  scores = normalised_scores(records, predictor, leave_out_group) * residual_scale(target)
   return CalibratedForecast(
       predicted_final=point, interval=conformal_interval(point, scores, confidence, bounds),
       confidence=confidence, predictor=predictor, n_calibration=len(records),

@@ -73,6 +73,7 @@ class RunRecord:
   length_source: str = 'planned'  # how total_steps was found (see run_length)
   metric_reason: str = ''  # why this metric (set when it was chosen automatically)
   finished: bool = False  # summary.json exists
+  regime: str = ''  # config.json `regime` (the comparison protocol's named regimes), if any
 
   @property
   def r0(self) -> float:
@@ -236,7 +237,8 @@ def load_run(run_dir: str | Path, metric: str = 'reward_mean') -> RunRecord:
                    notes=[f'skipped {padded} steps with padding_fraction > '
                           f'{MAX_PADDING_FRACTION}'] if padded else [],
                    length_source=length_source, metric_reason=reason,
-                   finished=bool(summary))
+                   finished=bool(summary),
+                   regime=config['regime'] if isinstance(config.get('regime'), str) else '')
 
 
 def _ci_list(interval: tuple[float, float]) -> list[float]:
