@@ -18,6 +18,8 @@ all-equal half the time). The value of a group is P_inf * G**signal_exponent
 (signal_exponent = 0: expected informative groups; 1: expected rows with a non-zero
 advantage). `choose_group_sizes` fills a batch's R rows greedily by marginal value per
 row, so every group costs its rows' generation + training FLOPs and nothing else.
+`refill_lowers_cost` decides whether one more generation round of a post-filtered batch
+lowers its expected FLOPs per trained informative row.
 """
 
 from __future__ import annotations

@@ -35,6 +35,9 @@ What it does per RL batch (`fill_batch`), with the math in `bayes.py`:
 No curriculum: candidates are taken in a fresh random order every epoch (reshuffle=True;
 False: the pool order every epoch); the measured sGPO curriculum made the eval curve swing
 with its phases (see the README's results).
+Defaults, as measured (experiments/results/compare_prelim_sgpo_bayes_v2/): post_filter on,
+profile off (with the post-filter a prompt's first group is the cheaper profile), refills
+always (train_cost_per_row = 0), informative_floor 0.25.
 
 Registered as `method=sgpo_bayes` (settings: config.sgpo_bayes). `fill_batch` calls the
 trainer's `rollout_fn` for every probe round (category 'profile') and every training round,
