@@ -301,6 +301,17 @@ def test_revisit_without_profile_is_a_training_group_and_counts_back_when_inform
   assert plan_of(filled)[0] == [order[0], order[2]]
 
 
+def test_floor_must_be_below_an_unseen_prompts_informative_probability():
+  # Jeffreys prior, G = 2: P_inf = 1 - 2 * (0.5 * 1.5) / (1 * 2) = 0.25; the default floor
+  # 0.25 would deprioritise a prompt after a single all-equal pair.
+  with pytest.raises(ValueError, match=r'informative_floor=0.25 must be below 0.250'):
+    BayesSettings(group_sizes=(2, 4, 8))
+  assert BayesSettings(group_sizes=(2, 4, 8), informative_floor=0.2).group_sizes == (2, 4, 8)
+  # G = 4: 0.453 (the default sizes are fine).
+  with pytest.raises(ValueError, match=r'below 0.453'):
+    BayesSettings(informative_floor=0.46)
+
+
 def test_new_settings_are_range_checked():
   with pytest.raises(ValueError, match='max_rounds=0'):
     BayesSettings(max_rounds=0)
