@@ -188,6 +188,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # regimes). 0: refill up to max_rounds, DAPO's rule (measured no worse; the default).
   c.sgpo_bayes.train_cost_per_row = 0.0
   c.sgpo_bayes.reshuffle = True  # candidates in a fresh random order every epoch
+  # True: a revisited prompt's evidence decays by evidence_decay per pool pass of training
+  # since the last draw, not once per epoch (epochs are a round or two when few prompts are
+  # learnable; per-epoch decay then makes trivial prompts look uncertain again).
+  c.sgpo_bayes.decay_by_passes = False
 
   c.grpo = ml_collections.ConfigDict()
   c.grpo.group_size = 8

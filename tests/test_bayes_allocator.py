@@ -359,3 +359,23 @@ def test_epoch_order_is_the_pool_order_or_a_fresh_permutation(reshuffle):
     assert sorted(orders[0]) == list(range(16))
   else:
     assert orders[0] == orders[1] == make(16, 8).pool_order.tolist()
+
+
+@pytest.mark.parametrize('decay_by_passes,expected_alpha', [
+    (False, 0.5 + 0.5 * 8.0),  # once per epoch: half the evidence, however short the epoch
+    (True, 0.5 + 0.5 ** 0.25 * 8.0),  # 4 visits / 16 prompts = 0.25 pool passes
+])
+def test_revisit_evidence_decays_per_epoch_or_per_pool_pass(decay_by_passes, expected_alpha):
+  alloc = make(num_queries=16, rows=8, decay_by_passes=decay_by_passes, revisit_base=1.0,
+               revisit_floor=1.0)
+  st = alloc.state
+  st.frontier, st.epoch = 16, 1
+  st.status[:] = DEPRIORITISED
+  st.skips[:] = 1
+  st.alpha[:], st.beta[:] = 8.5, 0.5  # 8 successes on the Jeffreys prior
+  st.visits_since_draw = 4
+  alloc._start_epoch()
+  # Revisit probability 1 (floor 1): every prompt is drawn and its evidence decayed.
+  assert st.revisits == 16
+  np.testing.assert_allclose(st.alpha, expected_alpha)
+  np.testing.assert_allclose(st.beta, 0.5)

@@ -98,6 +98,7 @@ class BayesSettings:
   profile: bool = False
   train_cost_per_row: float = 0.0
   reshuffle: bool = True
+  decay_by_passes: bool = False
 
   def __post_init__(self) -> None:
     config_check.check_sgpo_bayes(dataclasses.asdict(self))
@@ -305,9 +306,11 @@ class BayesAllocator(Allocator):
         drawn = np.concatenate([drawn, np.array(extra[:need - len(st.candidates) - drawn.size],
                                                 np.int64)]).astype(np.int64)
       if drawn.size:  # the policy has moved since their evidence: decay it once
+        # decay_by_passes: by as much as training moved since the last draw (evidence_decay
+        # per pool pass), so short epochs (few learnable prompts) do not wash it out.
+        decay = cfg.evidence_decay ** passes if cfg.decay_by_passes else cfg.evidence_decay
         st.alpha[drawn], st.beta[drawn] = bayes.update_posterior(
-            st.alpha[drawn], st.beta[drawn], 0.0, 0.0, cfg.prior_alpha, cfg.prior_beta,
-            cfg.evidence_decay)
+            st.alpha[drawn], st.beta[drawn], 0.0, 0.0, cfg.prior_alpha, cfg.prior_beta, decay)
       for q in sorted(drawn.tolist(), key=order.__getitem__):
         if cfg.profile:
           st.status[q] = SAMPLING
