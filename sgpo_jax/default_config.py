@@ -192,6 +192,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # since the last draw, not once per epoch (epochs are a round or two when few prompts are
   # learnable; per-epoch decay then makes trivial prompts look uncertain again).
   c.sgpo_bayes.decay_by_passes = False
+  # True: an epoch with fewer candidates than a round looks at also revisits the deprioritised
+  # prompts with the fewest all-equal groups in a row; False: only the random revisits.
+  c.sgpo_bayes.top_up_revisits = True
 
   c.grpo = ml_collections.ConfigDict()
   c.grpo.group_size = 8

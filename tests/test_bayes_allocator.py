@@ -154,8 +154,9 @@ def test_make_allocator_builds_it_from_the_config():
   assert alloc.settings.group_sizes == (4, 8) and alloc.rows_per_batch == 128
 
 
-def test_short_epoch_tops_up_with_fewest_skips_not_the_whole_pool():
-  alloc = make(num_queries=32, rows=16, profile=True)  # window 8: 8 candidates a batch
+@pytest.mark.parametrize('top_up', [True, False])
+def test_short_epoch_tops_up_with_fewest_skips_not_the_whole_pool(top_up):
+  alloc = make(num_queries=32, rows=16, profile=True, top_up_revisits=top_up)  # window 8
   st = alloc.state
   st.frontier = 32
   st.status[:] = DEPRIORITISED
@@ -167,8 +168,11 @@ def test_short_epoch_tops_up_with_fewest_skips_not_the_whole_pool():
   st.visits_since_draw = 0  # no training since the last draw: no random revisits
   alloc._start_epoch()
   assert sorted(st.candidates) == [0, 1]
-  assert sorted(st.in_flight) == list(range(10, 16))  # 8 - 2 candidates, fewest skips
-  assert st.revisits == 6 and st.visits_since_draw == 0
+  if top_up:
+    assert sorted(st.in_flight) == list(range(10, 16))  # 8 - 2 candidates, fewest skips
+    assert st.revisits == 6 and st.visits_since_draw == 0
+  else:  # only the random draw, which is empty with no training since the last one
+    assert st.in_flight == [] and st.revisits == 0
 
 
 # -- v2: post-rollout filter + refill, optional profile, spare probe rows ----------------

@@ -99,6 +99,7 @@ class BayesSettings:
   train_cost_per_row: float = 0.0
   reshuffle: bool = True
   decay_by_passes: bool = False
+  top_up_revisits: bool = True
 
   def __post_init__(self) -> None:
     config_check.check_sgpo_bayes(dataclasses.asdict(self))
@@ -298,7 +299,7 @@ class BayesAllocator(Allocator):
       u_R = rng.random(low.size)
       drawn = low[u_R < p_R]
       need = self._need()
-      if len(st.candidates) + drawn.size < need:
+      if cfg.top_up_revisits and len(st.candidates) + drawn.size < need:
         # Too little to fill a batch: probe the most promising of the rest as well (fewest
         # consecutive all-equal observations, then the draw's order), not the whole pool.
         rest = np.lexsort((u_R, st.skips[low]))
