@@ -48,6 +48,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep  # noqa: E402
 
+sys.path.insert(0, sweep.REPO)
+from sgpo_jax import default_config  # noqa: E402
+
 REPO = sweep.REPO
 RESULTS = os.path.join(REPO, 'experiments', 'results')
 GRID_POINTS = 50
@@ -69,6 +72,8 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     'greso': ('greso', {}),
     'knapsack': ('knapsack', {}),
     'sgpo_bayes': ('sgpo_bayes', {}),  # beyond the paper (issue 15)
+    # Control for sgpo_bayes: DAPO at the group size its posterior mostly picks.
+    'dapo_g4': ('dapo', {'dapo.group_size': 4}),
 }
 ARM_NOTES = {
     'grpo': 'GRPO, G=8 for every prompt',
@@ -79,7 +84,9 @@ ARM_NOTES = {
     'knapsack': 'Knapsack RL: per-step G in [2,64] from past success rates, same R rows',
     'sgpo_bayes': ('sGPO beyond the paper: Beta posterior per prompt from a lazy adaptive '
                    'profile and every rollout, G by expected informative groups per row, '
-                   'GRESO-style revisit probes'),
+                   'all-equal groups dropped after rollout and refilled while a refill lowers '
+                   'the FLOPs per informative row, GRESO-style revisit probes'),
+    'dapo_g4': 'DAPO at G=4 (control: the group size sgpo_bayes mostly picks)',
 }
 
 # Smoke mode: the tiny model of tests/test_train.py, a few steps, one seed.
@@ -420,13 +427,28 @@ def regime_facts(runs: dict[str, list[str]], config: dict[str, Any]) -> dict[str
   return facts
 
 
+def _as_json(value: Any) -> Any:
+  return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def _without_defaults(name: str, section: dict[str, Any]) -> dict[str, Any]:
+  """config.<name> minus the fields at this version's default: a field a later version
+  added (absent from an older run's config.json, which behaved as its default) then leaves
+  the signature alone; a field set away from its default still counts."""
+  defaults = _as_json(default_config.get_config()[name].to_dict())
+  return {k: v for k, v in _as_json(section).items() if k not in defaults or v != defaults[k]}
+
+
 def regime_signature(config: dict[str, Any]) -> str:
   """What makes runs comparable: the pool, eval set, initial policy, budget and batch shape
   (the runs dir is shared across code versions; a run of another definition is left out)."""
   ws = {k: v for k, v in config['warm_start'].items() if k != 'cache_dir'}
-  sig = {'data': config['data'], 'model': config['model'], 'warm_start': ws,
+  sig = {'data': _without_defaults('data', config['data']),
+         'model': _without_defaults('model', config['model']),
+         'warm_start': _without_defaults('warm_start', ws),
          'budget': config['train']['flops_budget'],
-         'rows': config['train']['rows_per_batch'], 'eval': config['eval']}
+         'rows': config['train']['rows_per_batch'],
+         'eval': _without_defaults('eval', config['eval'])}
   return json.dumps(sig, sort_keys=True, default=str)
 
 

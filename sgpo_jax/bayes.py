@@ -18,6 +18,8 @@ all-equal half the time). The value of a group is P_inf * G**signal_exponent
 (signal_exponent = 0: expected informative groups; 1: expected rows with a non-zero
 advantage). `choose_group_sizes` fills a batch's R rows greedily by marginal value per
 row, so every group costs its rows' generation + training FLOPs and nothing else.
+`refill_lowers_cost` decides whether one more generation round of a post-filtered batch
+lowers its expected FLOPs per trained informative row.
 """
 
 from __future__ import annotations
@@ -169,3 +171,22 @@ def adapt_revisit_base(base: float, informative_share: float, target: float, ste
   than `target` (deprioritised prompts are coming back), one step down otherwise."""
   new = base + step if informative_share > target else base - step
   return float(min(max(new, floor), ceiling))
+
+
+def refill_lowers_cost(filled_rows: int, expected_new_rows: float, rounds_done: int, rows: int,
+                       train_cost_per_row: float) -> bool:
+  """Whether one more generation round of a post-filtered batch lowers the expected FLOPs
+  per trained informative row (costs in units of generating one row).
+
+  The batch so far cost rounds_done * rows (every round generates all R rows) plus
+  train_cost_per_row * rows (the train step is charged for every row, padding included);
+  another round costs rows more and is expected to add min(expected_new_rows, free rows).
+  train_cost_per_row = 0 or an empty batch: always refill (DAPO's rule).
+  """
+  if train_cost_per_row < 0:
+    raise ValueError(f'sgpo_bayes.train_cost_per_row={train_cost_per_row} must be >= 0')
+  if train_cost_per_row == 0 or filled_rows <= 0:
+    return True
+  cost = (rounds_done + train_cost_per_row) * rows
+  gain = min(float(expected_new_rows), rows - filled_rows)
+  return (cost + rows) / (filled_rows + gain) < cost / filled_rows

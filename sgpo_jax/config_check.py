@@ -14,6 +14,7 @@ from typing import Any
 
 import ml_collections
 
+from sgpo_jax import bayes
 from sgpo_jax import default_config as default_lib
 
 ROUNDINGS = ('down', 'up', 'nearest')
@@ -94,9 +95,32 @@ def check_sgpo_bayes(s: Mapping[str, Any]) -> None:
   _require(0.0 <= s['evidence_decay'] <= 1.0,
            f"sgpo_bayes.evidence_decay={s['evidence_decay']} must be in [0, 1].")
   _require(s['window'] >= 1, f"sgpo_bayes.window={s['window']} must be >= 1.")
+  _require(0.0 <= s['informative_floor'] <= 1.0,
+           f"sgpo_bayes.informative_floor={s['informative_floor']} must be in [0, 1].")
+  # An unseen prompt must start above the floor, or one all-equal group deprioritises almost
+  # every prompt and the candidates starve (group_sizes (2, 4, 8) with floor 0.25 ended runs
+  # with ~30 of 1024 prompts left and the accuracy falling).
+  min_g = min(s['group_sizes'])
+  prior_inf = float(bayes.informative_probability(s['prior_alpha'], s['prior_beta'], min_g))
+  _require(s['informative_floor'] < prior_inf,
+           f"sgpo_bayes.informative_floor={s['informative_floor']} must be below "
+           f"{prior_inf:.3f}, the informative probability of an unseen prompt (prior "
+           f"Beta({s['prior_alpha']}, {s['prior_beta']})) at the smallest group size {min_g}; "
+           'else one all-equal group deprioritises nearly every prompt. Lower it (e.g. '
+           f'{prior_inf * 0.8:.2f}) or drop the smallest group size.')
   _require(0.0 <= s['revisit_floor'] <= s['revisit_base'] <= 1.0,
            f"need 0 <= sgpo_bayes.revisit_floor ({s['revisit_floor']}) <= "
            f"sgpo_bayes.revisit_base ({s['revisit_base']}) <= 1.")
+  for flag in ('post_filter', 'profile', 'reshuffle', 'decay_by_passes', 'top_up_revisits'):
+    _require(isinstance(s[flag], bool),
+             f'sgpo_bayes.{flag}={s[flag]!r} must be True or False.')
+  _require(isinstance(s['max_rounds'], int) and not isinstance(s['max_rounds'], bool)
+           and s['max_rounds'] >= 1,
+           f"sgpo_bayes.max_rounds={s['max_rounds']!r} must be an integer >= 1 (training "
+           'rollout rounds per batch; 1 = no refill).')
+  _require(s['train_cost_per_row'] >= 0,
+           f"sgpo_bayes.train_cost_per_row={s['train_cost_per_row']} must be >= 0 (0: always "
+           'refill up to max_rounds).')
 
 
 # Every allocator's config section and its range checks; config.method must name one.

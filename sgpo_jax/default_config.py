@@ -156,8 +156,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sgpo.prior_eps = 0.5  # added to both Beta parameters so p_hat = 0 or 1 stays revisable
 
   # method=sgpo_bayes (beyond the paper; sgpo_jax/bayes.py, allocators/sgpo_bayes.py): a Beta
-  # posterior per prompt from a lazy adaptive profile and every rollout; G per prompt by
-  # expected informative groups per row; deprioritised prompts revisited GRESO-style.
+  # posterior per prompt from every rollout (and an optional lazy adaptive profile); G per
+  # prompt by expected informative groups per row; all-equal groups dropped after rollout and
+  # refilled (DAPO rounds); deprioritised prompts revisited GRESO-style.
   c.sgpo_bayes = ml_collections.ConfigDict()
   c.sgpo_bayes.prior_alpha = 0.5  # Beta prior of every prompt's success rate (Jeffreys)
   c.sgpo_bayes.prior_beta = 0.5
@@ -167,13 +168,33 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sgpo_bayes.profile_max_samples = 4  # ... and at most (then a training candidate)
   c.sgpo_bayes.settle_high = 0.6  # settled learnable once P_inf(min G) >= this
   c.sgpo_bayes.settle_low = 0.35  # settled trivial/unsolved (deprioritised) once P_inf <= this
-  c.sgpo_bayes.informative_floor = 0.35  # a trained prompt below this P_inf is deprioritised
+  # A prompt whose P_inf(min G) falls below this is deprioritised (0.25: two all-equal groups
+  # in a row from the prior; 0.35 took one and starved training of hard / easy-edge prompts).
+  c.sgpo_bayes.informative_floor = 0.25
   c.sgpo_bayes.evidence_decay = 0.5  # old evidence weight per training observation / revisit
   c.sgpo_bayes.window = 32  # candidates the G choice looks at per batch
   c.sgpo_bayes.revisit_base = 0.25  # revisit probability max(base**skips, floor) per epoch
   c.sgpo_bayes.revisit_floor = 0.02
   c.sgpo_bayes.revisit_target = 0.3  # base adapts toward this share of revisits coming back
   c.sgpo_bayes.revisit_step = 0.05
+  c.sgpo_bayes.post_filter = True  # drop all-equal groups after rollout, refill (DAPO rounds)
+  c.sgpo_bayes.max_rounds = 4  # post_filter: training rollout rounds per batch, then padded
+  # Adaptive profile before a prompt's first training group (profile_* and settle_* apply).
+  # Off by default: with the post-filter a prompt's first group is a cheaper profile
+  # (measured: compare_prelim_sgpo_bayes_v2/).
+  c.sgpo_bayes.profile = False
+  # > 0: a refill round is skipped when it would raise the FLOPs per trained informative row,
+  # with training a row costing this many times generating it (~3.5 in the comparison
+  # regimes). 0: refill up to max_rounds, DAPO's rule (measured no worse; the default).
+  c.sgpo_bayes.train_cost_per_row = 0.0
+  c.sgpo_bayes.reshuffle = True  # candidates in a fresh random order every epoch
+  # True: a revisited prompt's evidence decays by evidence_decay per pool pass of training
+  # since the last draw, not once per epoch (epochs are a round or two when few prompts are
+  # learnable; per-epoch decay then makes trivial prompts look uncertain again).
+  c.sgpo_bayes.decay_by_passes = False
+  # True: an epoch with fewer candidates than a round looks at also revisits the deprioritised
+  # prompts with the fewest all-equal groups in a row; False: only the random revisits.
+  c.sgpo_bayes.top_up_revisits = True
 
   c.grpo = ml_collections.ConfigDict()
   c.grpo.group_size = 8

@@ -104,3 +104,21 @@ def test_revisit_probability_scales_with_pool_passes():
   np.testing.assert_allclose(bayes.revisit_probability(1, 0.25, 0.02, pool_passes=0.5),
                              1 - 0.75 ** 0.5)
   assert bayes.revisit_probability(1, 0.25, 0.02, pool_passes=0.0) == 0.0
+
+
+def test_refill_lowers_cost_on_hand_computed_batches():
+  # R = 64, train = 3 x generation. Half full after one round: cost (1 + 3) * 64 = 256 for
+  # 32 rows (8.0 each); a round expected to add 30 rows: 320 / 62 = 5.16 < 8 -> refill.
+  assert bayes.refill_lowers_cost(32, 30.0, 1, 64, 3.0)
+  # 60 rows after two rounds: 320 / 60 = 5.33 each; the round can add at most the 4 free
+  # rows: 384 / 64 = 6.0 > 5.33 -> pad instead.
+  assert not bayes.refill_lowers_cost(60, 30.0, 2, 64, 3.0)
+  # Break-even: 48 rows after one round (256 / 48 = 5.33); 16 more -> 320 / 64 = 5.0 pays,
+  # 12 more -> 320 / 60 = 5.33 does not (strictly lower needed).
+  assert bayes.refill_lowers_cost(48, 16.0, 1, 64, 3.0)
+  assert not bayes.refill_lowers_cost(48, 12.0, 1, 64, 3.0)
+  # Off (0) or an empty batch: always refill (DAPO's rule).
+  assert bayes.refill_lowers_cost(60, 0.0, 2, 64, 0.0)
+  assert bayes.refill_lowers_cost(0, 0.0, 3, 64, 3.0)
+  with pytest.raises(ValueError, match='train_cost_per_row=-1'):
+    bayes.refill_lowers_cost(1, 1.0, 1, 64, -1.0)

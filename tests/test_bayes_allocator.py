@@ -52,7 +52,7 @@ def kinds_for(n):
 
 
 def test_profile_settles_trivial_and_unsolved_and_trains_coin_prompts_at_min_g():
-  alloc = make()
+  alloc = make(profile=True)
   kinds, calls = kinds_for(32), []
   filled = alloc.fill_batch(fake_rollout(alloc, kinds, calls))
   queries, sizes = plan_of(filled)
@@ -66,7 +66,9 @@ def test_profile_settles_trivial_and_unsolved_and_trains_coin_prompts_at_min_g()
   assert all(kinds[q] == COIN for q in queries)
   # Expected informative groups per row favour new prompts at G = 4 over growing to 8.
   assert sizes == [4] * 4 and filled.layout.num_valid_rows == 16
-  assert filled.info == {'rounds': len(calls), 'profile_rounds': len(calls) - 1}
+  assert filled.info == {'rounds': len(calls), 'profile_rounds': len(calls) - 1,
+                         'train_rounds': 1, 'dapo_dropped_groups': 0, 'dapo_kept_groups': 4,
+                         'dapo_discarded_rows': 0}
   # Profiling rounds are generation-only calls charged as 'profile', then one rollout.
   assert [c for c, _ in calls][-1] == 'rollout'
   assert all(c == 'profile' for c, _ in calls[:-1]) and len(calls) > 1
@@ -75,7 +77,7 @@ def test_profile_settles_trivial_and_unsolved_and_trains_coin_prompts_at_min_g()
 
 
 def test_trained_prompt_that_turns_trivial_is_deprioritised_and_revisited_later():
-  alloc = make(num_queries=8, rows=8, revisit_base=1.0, revisit_floor=1.0)
+  alloc = make(num_queries=8, rows=8, revisit_base=1.0, revisit_floor=1.0, profile=True)
   kinds = [COIN] * 8
   calls = []
   alloc.fill_batch(fake_rollout(alloc, kinds, calls))
@@ -92,17 +94,25 @@ def test_trained_prompt_that_turns_trivial_is_deprioritised_and_revisited_later(
   assert summary['revisits'] == st.revisits
 
 
-def test_everything_trivial_still_fills_batches():
-  alloc = make(num_queries=8, rows=8)
+@pytest.mark.parametrize('post_filter', [False, True])
+def test_everything_trivial_still_fills_batches(post_filter):
+  alloc = make(num_queries=8, rows=8, post_filter=post_filter)
   calls = []
-  for _ in range(4):
+  for _ in range(8):  # two all-equal groups per prompt: P_inf(4) 0.218 < floor 0.25
     filled = alloc.fill_batch(fake_rollout(alloc, [TRIVIAL] * 8, calls))
-    assert len(plan_of(filled)[0]) >= 1 and filled.layout.num_valid_rows <= 8
+    if post_filter:  # every group all-equal: max_rounds rounds rolled out, all padding
+      assert filled.info['train_rounds'] == 4 and filled.layout.num_valid_rows == 0
+      assert filled.info['dapo_dropped_groups'] == 8 and filled.info['dapo_kept_groups'] == 0
+    else:
+      assert len(plan_of(filled)[0]) >= 1 and filled.layout.num_valid_rows <= 8
   assert (alloc.state.status == CANDIDATE).sum() == 0
 
 
-def test_state_round_trips_and_resumes_exactly():
+@pytest.mark.parametrize('profile,train_cost_per_row', [(True, 0.0), (False, 0.0),
+                                                     (False, 3.5)])
+def test_state_round_trips_and_resumes_exactly(profile, train_cost_per_row):
   kinds = kinds_for(40)
+  opts = {'profile': profile, 'train_cost_per_row': train_cost_per_row}
 
   def run(alloc, steps, calls):
     out = []
@@ -110,12 +120,12 @@ def test_state_round_trips_and_resumes_exactly():
       out.append(plan_of(alloc.fill_batch(fake_rollout(alloc, kinds, calls))))
     return out
 
-  full = make(num_queries=40)
+  full = make(num_queries=40, **opts)
   full_plans = run(full, 12, [])
-  half = make(num_queries=40)
+  half = make(num_queries=40, **opts)
   run(half, 5, [])
   state = json.loads(json.dumps(half.state_dict()))
-  resumed = make(num_queries=40)
+  resumed = make(num_queries=40, **opts)
   resumed.load_state_dict(state)
   assert run(resumed, 7, []) == full_plans[5:]
   with pytest.raises(ValueError, match='seed=3'):
@@ -144,8 +154,9 @@ def test_make_allocator_builds_it_from_the_config():
   assert alloc.settings.group_sizes == (4, 8) and alloc.rows_per_batch == 128
 
 
-def test_short_epoch_tops_up_with_fewest_skips_not_the_whole_pool():
-  alloc = make(num_queries=32, rows=16)  # window 8: a batch wants 8 candidates
+@pytest.mark.parametrize('top_up', [True, False])
+def test_short_epoch_tops_up_with_fewest_skips_not_the_whole_pool(top_up):
+  alloc = make(num_queries=32, rows=16, profile=True, top_up_revisits=top_up)  # window 8
   st = alloc.state
   st.frontier = 32
   st.status[:] = DEPRIORITISED
@@ -157,5 +168,218 @@ def test_short_epoch_tops_up_with_fewest_skips_not_the_whole_pool():
   st.visits_since_draw = 0  # no training since the last draw: no random revisits
   alloc._start_epoch()
   assert sorted(st.candidates) == [0, 1]
-  assert sorted(st.in_flight) == list(range(10, 16))  # 8 - 2 candidates, fewest skips
-  assert st.revisits == 6 and st.visits_since_draw == 0
+  if top_up:
+    assert sorted(st.in_flight) == list(range(10, 16))  # 8 - 2 candidates, fewest skips
+    assert st.revisits == 6 and st.visits_since_draw == 0
+  else:  # only the random draw, which is empty with no training since the last one
+    assert st.in_flight == [] and st.revisits == 0
+
+
+# -- v2: post-rollout filter + refill, optional profile, spare probe rows ----------------
+
+
+def scripted_rollout(rewards_by_call, calls):
+  """Round k of the step gets rewards_by_call[k] (a dict query -> list of per-row rewards,
+  consumed in row order); records (category, round_index, valid rows) per call."""
+  it = iter(rewards_by_call)
+
+  def rollout_fn(layout, round_index=None, category='rollout'):
+    script = {q: list(v) for q, v in next(it).items()}
+    rewards = np.zeros(layout.rows_per_batch, np.float32)
+    for r in np.flatnonzero(layout.valid_R):
+      rewards[r] = script[int(layout.row_query_index_R[r])].pop(0)
+    calls.append((category, round_index, int(layout.valid_R.sum())))
+    n = layout.rows_per_batch
+    return Rollout(np.arange(n)[:, None].astype(np.int32) + 100 * len(calls),
+                   np.ones((n, 1), np.int32), np.zeros((n, 1), np.float32), rewards,
+                   layout.row_query_index_R)
+  return rollout_fn
+
+
+def test_post_filter_keeps_informative_groups_that_fit_and_updates_every_posterior():
+  alloc = make(num_queries=8, rows=8, profile=False, evidence_decay=1.0)
+  st = alloc.state
+  plan = allocators.BatchPlan(np.array([5, 6, 7]), np.array([4, 4, 4], np.int32), 'bayes')
+  layout = plan.rows(12)  # a 12-row layout observed with 8 rows free: 3 groups of 4
+  alloc.rows_per_batch = 12
+  st.status[[5, 6, 7]] = CANDIDATE
+  st.candidates = [5, 6, 7]
+  rewards = np.array([1, 1, 1, 1,  1, 0, 0, 0,  0, 1, 1, 1], np.float32)
+  kept, equal = alloc.observe(plan, rewards, layout, free_rows=4)
+  # Prompt 5: all-equal, dropped (not trained on) but spent for this epoch. Prompt 6:
+  # informative, fits the 4 free rows. Prompt 7: informative, no room left: not spent.
+  assert kept.tolist() == [False, True, False] and equal.tolist() == [True, False, False]
+  assert st.served[[5, 6, 7]].tolist() == [True, True, False] and st.candidates == [7]
+  assert (st.dropped_groups, st.overflow_groups, st.train_groups) == (1, 1, 3)
+  # Planned under Jeffreys, G = 4: P_inf = 1 - 2 * (.5*1.5*2.5*3.5)/(1*2*3*4) = 0.4531 each.
+  assert st.expected_informative == pytest.approx(3 * (1 - 2 * 6.5625 / 24))
+  assert alloc.summary()['informative_group_share'] == pytest.approx(2 / 3)
+  # Every row updates its posterior (decay 1): Jeffreys + counts.
+  assert (st.alpha[5], st.beta[5]) == (4.5, 0.5)
+  assert (st.alpha[6], st.beta[6]) == (1.5, 3.5)
+  assert (st.alpha[7], st.beta[7]) == (3.5, 1.5)
+  # Beta(4.5, 0.5), G = 4: P_inf = 1 - (4.5*5.5*6.5*7.5)/(5*6*7*8) - (.5*1.5*2.5*3.5)/(5*6*7*8)
+  # = 1 - 1206.5625/1680 - 6.5625/1680 = 0.2779 >= informative_floor 0.25: one all-equal
+  # group does not deprioritise a prompt (it is spent for this epoch, skips 1).
+  assert alloc.informative([5])[0] == pytest.approx(1 - 1213.125 / 1680)
+  assert st.status[5] == CANDIDATE and st.skips[5] == 1
+  # A second one does: Beta(8.5, 0.5) -> P_inf(4) = 0.179 < 0.25.
+  alloc.observe(allocators.BatchPlan(np.array([5]), np.array([4], np.int32), 'bayes'),
+                np.ones(12, np.float32), allocators.BatchPlan(
+                    np.array([5]), np.array([4], np.int32), 'bayes').rows(12), free_rows=4)
+  assert (st.alpha[5], st.beta[5]) == (8.5, 0.5)
+  assert alloc.informative([5])[0] == pytest.approx(
+      1 - (8.5 * 9.5 * 10.5 * 11.5 + 0.5 * 1.5 * 2.5 * 3.5) / (9 * 10 * 11 * 12))
+  assert st.status[5] == DEPRIORITISED and st.skips[5] == 2
+  assert st.status[6] == CANDIDATE and st.skips[6] == 0
+
+
+def test_refill_rounds_drop_all_equal_groups_and_build_one_batch_of_informative_rows():
+  # No profile, 4 prompts in the pool order per round at G = 4 (window 8, rows 16).
+  alloc = make(num_queries=12, rows=16, profile=False, group_sizes=(4,))
+  order = alloc.pool_order.tolist()
+  first, second = order[:4], order[4:8]
+  mixed, same = [1, 0, 0, 0], [1, 1, 1, 1]
+  round0 = {first[0]: same, first[1]: mixed, first[2]: [0] * 4, first[3]: mixed}
+  round1 = {q: mixed for q in second}
+  calls = []
+  filled = alloc.fill_batch(scripted_rollout([round0, round1], calls))
+  # Round 0 keeps 2 groups (8 rows); round 1 plans 4 more prompts (full R rows: the call
+  # costs R rows either way), keeps the 2 that fit, leaves the other 2 candidates.
+  assert [(c, i) for c, i, _ in calls] == [('rollout', 0), ('rollout', 1)]
+  assert filled.info == {'rounds': 2, 'profile_rounds': 0, 'train_rounds': 2,
+                         'dapo_dropped_groups': 2, 'dapo_kept_groups': 4,
+                         'dapo_discarded_rows': 16}
+  queries, sizes = plan_of(filled)
+  assert queries == [first[1], first[3], second[0], second[1]] and sizes == [4] * 4
+  assert filled.layout.num_valid_rows == 16
+  np.testing.assert_array_equal(filled.rollout.rewards_R, mixed * 4)
+  # Rows come from the round they were generated in (the fake tokens encode the call).
+  assert filled.rollout.tokens_RxN[:8, 0].tolist() == [104, 105, 106, 107, 112, 113, 114, 115]
+  assert filled.rollout.tokens_RxN[8:, 0].tolist() == [200, 201, 202, 203, 204, 205, 206, 207]
+  assert alloc.state.candidates[:2] == second[2:]
+  assert alloc.state.overflow_groups == 2 and alloc.state.steps == 1
+
+
+def test_without_post_filter_one_round_trains_every_group():
+  alloc = make(num_queries=12, rows=16, profile=False, group_sizes=(4,), post_filter=False)
+  first = alloc.pool_order[:4].tolist()
+  calls = []
+  filled = alloc.fill_batch(scripted_rollout([{q: [1] * 4 for q in first}], calls))
+  assert filled.info == {'rounds': 1, 'profile_rounds': 0} and len(calls) == 1
+  assert plan_of(filled)[0] == first and alloc.state.dropped_groups == 0
+
+
+def test_probe_samples_use_the_spare_rows_of_the_call():
+  alloc = make(num_queries=8, rows=16, profile=True)  # profile_max_samples 4
+  alloc.state.probe_n[[0, 1, 2, 3, 4]] = [0, 1, 3, 0, 2]
+  # 16 rows // 5 prompts = 3 each, capped by the samples left before max (4 - n).
+  assert alloc.probe_samples_per_prompt([0, 1, 2, 3, 4]).tolist() == [3, 3, 1, 3, 2]
+  # 16 // 8 = 2 each: prompt 2 has one sample left.
+  assert alloc.probe_samples_per_prompt(list(range(8))).tolist() == [2, 2, 1, 2, 2, 2, 2, 2]
+  # A full round (R prompts in flight): one sample each, the adaptive profile's pace.
+  assert make(num_queries=32, rows=16, profile=True).probe_samples_per_prompt(list(range(16))).tolist() \
+      == [1] * 16
+
+
+def test_revisit_without_profile_is_a_training_group_and_counts_back_when_informative():
+  alloc = make(num_queries=8, rows=8, profile=False, group_sizes=(4,), revisit_base=1.0,
+               revisit_floor=1.0)
+  st = alloc.state
+  st.frontier = 8
+  st.status[:] = DEPRIORITISED
+  st.skips[:] = 2
+  st.epoch = 1
+  st.visits_since_draw = 8  # one pool pass: revisit probability 1
+  alloc._start_epoch()
+  assert st.revisits == 8 and st.revisiting.all() and st.in_flight == []
+  assert (st.status == CANDIDATE).all()
+  order = list(st.candidates)  # the epoch's fresh order (reshuffle)
+  assert sorted(order) == list(range(8)) and order != alloc.pool_order.tolist()
+  calls = []
+  rounds = [{order[0]: [1, 0, 1, 0], order[1]: [1] * 4}]
+  filled = alloc.fill_batch(scripted_rollout(rounds + [{q: [1, 0, 0, 0] for q in order[2:4]}],
+                                             calls))
+  assert [c for c, _, _ in calls] == ['rollout', 'rollout']  # no probe rounds
+  assert st.revisits_back == 3 and st.revisiting.sum() == 4
+  assert plan_of(filled)[0] == [order[0], order[2]]
+
+
+def test_floor_must_be_below_an_unseen_prompts_informative_probability():
+  # Jeffreys prior, G = 2: P_inf = 1 - 2 * (0.5 * 1.5) / (1 * 2) = 0.25; the default floor
+  # 0.25 would deprioritise a prompt after a single all-equal pair.
+  with pytest.raises(ValueError, match=r'informative_floor=0.25 must be below 0.250'):
+    BayesSettings(group_sizes=(2, 4, 8))
+  assert BayesSettings(group_sizes=(2, 4, 8), informative_floor=0.2).group_sizes == (2, 4, 8)
+  # G = 4: 0.453 (the default sizes are fine).
+  with pytest.raises(ValueError, match=r'below 0.453'):
+    BayesSettings(informative_floor=0.46)
+
+
+def test_new_settings_are_range_checked():
+  with pytest.raises(ValueError, match='max_rounds=0'):
+    BayesSettings(max_rounds=0)
+  with pytest.raises(ValueError, match='post_filter=1'):
+    BayesSettings(post_filter=1)
+  with pytest.raises(ValueError, match="profile='no'"):
+    BayesSettings.from_config({'profile': 'no'})
+
+
+@pytest.mark.parametrize('train_cost_per_row,refilled', [(3.5, True), (0.5, False)])
+def test_refill_round_only_when_it_lowers_the_cost_per_informative_row(train_cost_per_row,
+                                                                       refilled):
+  alloc = make(num_queries=12, rows=16, profile=False, group_sizes=(4,),
+               train_cost_per_row=train_cost_per_row)
+  order = alloc.pool_order.tolist()
+  mixed = [1, 0, 0, 0]
+  # Round 0: 3 of 4 groups informative -> 12 of 16 rows. The next round plans 4 unprofiled
+  # prompts at G = 4 (Jeffreys P_inf(4) = 0.4531: 7.25 expected rows, capped at the 4 free).
+  # train 3.5: cost so far (1 + 3.5) * 16 = 72, 6.0 per row; with the round 88 / 16 = 5.5:
+  # refill. train 0.5: (1 + 0.5) * 16 = 24, 2.0 per row; with the round 40 / 16 = 2.5: pad.
+  calls = []
+  filled = alloc.fill_batch(scripted_rollout(
+      [{order[0]: mixed, order[1]: mixed, order[2]: mixed, order[3]: [1] * 4},
+       {q: mixed for q in order[4:8]}], calls))
+  assert len(calls) == (2 if refilled else 1)
+  assert alloc.state.refills_skipped == (0 if refilled else 1)
+  assert filled.layout.num_valid_rows == (16 if refilled else 12)
+  plan = allocators.BatchPlan(np.array(order[4:8]), np.full(4, 4, np.int32), 'bayes')
+  if not refilled:  # the rule the allocator applied, on the plan it would have rolled out
+    assert not alloc.refill_pays(plan, 12, 1)
+
+
+@pytest.mark.parametrize('reshuffle', [False, True])
+def test_epoch_order_is_the_pool_order_or_a_fresh_permutation(reshuffle):
+  orders = []
+  for epoch in (1, 2):
+    alloc = make(num_queries=16, rows=8, reshuffle=reshuffle)
+    st = alloc.state
+    st.frontier, st.epoch = 16, epoch
+    st.status[:] = CANDIDATE
+    alloc._start_epoch()
+    orders.append(list(st.candidates))
+  if reshuffle:  # seeded per epoch: differs from the pool order and between epochs
+    assert orders[0] != orders[1] and orders[0] != make(16, 8).pool_order.tolist()
+    assert sorted(orders[0]) == list(range(16))
+  else:
+    assert orders[0] == orders[1] == make(16, 8).pool_order.tolist()
+
+
+@pytest.mark.parametrize('decay_by_passes,expected_alpha', [
+    (False, 0.5 + 0.5 * 8.0),  # once per epoch: half the evidence, however short the epoch
+    (True, 0.5 + 0.5 ** 0.25 * 8.0),  # 4 visits / 16 prompts = 0.25 pool passes
+])
+def test_revisit_evidence_decays_per_epoch_or_per_pool_pass(decay_by_passes, expected_alpha):
+  alloc = make(num_queries=16, rows=8, decay_by_passes=decay_by_passes, revisit_base=1.0,
+               revisit_floor=1.0)
+  st = alloc.state
+  st.frontier, st.epoch = 16, 1
+  st.status[:] = DEPRIORITISED
+  st.skips[:] = 1
+  st.alpha[:], st.beta[:] = 8.5, 0.5  # 8 successes on the Jeffreys prior
+  st.visits_since_draw = 4
+  alloc._start_epoch()
+  # Revisit probability 1 (floor 1): every prompt is drawn and its evidence decayed.
+  assert st.revisits == 16
+  np.testing.assert_allclose(st.alpha, expected_alpha)
+  np.testing.assert_allclose(st.beta, 0.5)

@@ -8,7 +8,9 @@ import pytest
 from tests import test_train
 from tests.test_train import read_jsonl
 
-BAYES_ARGS = ('--config.method=sgpo_bayes', '--config.sgpo_bayes.window=4')
+# profile=True (not the default) so the run has probe rounds as well as refill rounds.
+BAYES_ARGS = ('--config.method=sgpo_bayes', '--config.sgpo_bayes.window=4',
+              '--config.sgpo_bayes.profile=True')
 
 
 def _run_main(workdir, kill_after_step=None, steps=6):
@@ -26,6 +28,9 @@ def test_sgpo_bayes_ledger_counts_probes_and_sigkill_resume_is_exact(tmp_path):
   # block counts the same samples.
   alloc = summary['allocator']
   assert sum(r['profile_rounds'] for r in rows) >= 1
+  # Every generation call is a probe round or a training round (refills included).
+  assert all(r['rounds'] == r['profile_rounds'] + r['train_rounds'] for r in rows)
+  assert alloc['train_rounds'] == sum(r['train_rounds'] for r in rows)
   assert (summary['flops']['profile'] > 0) == (alloc['profile_samples'] +
                                                alloc['probe_samples'] > 0)
   flops = summary['flops']

@@ -301,6 +301,49 @@ def test_runs_of_another_regime_definition_are_left_out(tmp_path):
   assert [os.path.basename(w) for w in runs['dapo']] == ['dapo_seed0']  # cache_dir may differ
 
 
+def test_a_model_field_added_later_at_its_default_keeps_the_regime():
+  old = {'data': {'num_eval': 2048}, 'model': {'d_model': 128},
+         'warm_start': {'steps': 1500}, 'train': {'flops_budget': 1e12, 'rows_per_batch': 64},
+         'eval': {'every_steps': 12}}
+  new = json.loads(json.dumps(old))
+  new['model']['qk_norm'] = False  # the default: older runs behaved the same
+  assert compare.regime_signature(old) == compare.regime_signature(new)
+  new['model']['qk_norm'] = True
+  assert compare.regime_signature(old) != compare.regime_signature(new)
+
+
+def test_bayes_diagnostics_on_a_hand_made_run(tmp_path):
+  import bayes_diagnostics
+  path = tmp_path / 'default' / 'sgpo_bayes_seed0'
+  os.makedirs(path)
+  rows = [{'step': 1, 'reward_mean': 0.5, 'padding_fraction': 0.0, 'rounds': 3,
+           'train_rounds': 2, 'frac_zero_std': 0.0, 'dapo_dropped_groups': 6,
+           'dapo_kept_groups': 10},
+          {'step': 2, 'reward_mean': 0.5, 'padding_fraction': 0.25, 'rounds': 2,
+           'train_rounds': 2, 'frac_zero_std': 0.0, 'dapo_dropped_groups': 2,
+           'dapo_kept_groups': 6}]
+  (path / 'metrics.jsonl').write_text(
+      '\n'.join(json.dumps(r) for r in [{'step': 0, 'eval_accuracy': 0.6}] + rows) + '\n')
+  (path / 'summary.json').write_text(json.dumps({
+      'eval_accuracy_final': 0.7, 'wall_seconds': 30.0, 'initial_policy': {'cached': True},
+      'flops': {'total': 100.0, 'profile': 10.0, 'rollout': 30.0, 'train': 60.0, 'eval': 80.0},
+      'allocator': {'overflow_groups': 3, 'refills_skipped': 1, 'revisits': 10,
+                    'revisits_back': 4}}))
+  d = bayes_diagnostics.run_diagnostics(str(path))
+  assert d['final_acc'] == pytest.approx(70.0)
+  # Shares of the budgeted total (eval is outside it).
+  assert (d['profile_share'], d['rollout_share'], d['train_share']) == (0.1, 0.3, 0.6)
+  assert d['calls_per_step'] == 2.5 and d['train_rounds_per_step'] == 2.0
+  assert d['rolled_all_equal'] == pytest.approx(8 / 24) and d['padding'] == 0.125
+  assert d['overflow_per_step'] == 1.5 and d['refills_skipped_per_step'] == 0.5
+  assert d['revisit_back_share'] == 0.4 and d['wall_s'] == 30.0
+  out = tmp_path / 'diag.md'
+  bayes_diagnostics.main(['--runs-dir', str(tmp_path), '--regime', 'default', '--arms',
+                          'sgpo_bayes', '--seeds', '0', '--out', str(out)])
+  assert '| sgpo_bayes | 1 | 70.0 | 10.0% | 30.0% | 60.0% | 2.50 | 2.00 | 33.3% |' \
+      in out.read_text()
+
+
 def test_a_run_locked_by_another_sweep_process_is_skipped_not_rerun(tmp_path):
   """Two sweep processes over one runs dir: the second skips a run the first is running."""
   import fcntl

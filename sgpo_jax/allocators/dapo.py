@@ -68,6 +68,17 @@ class DAPOBatch:
   dropped_groups: int  # all-equal reward groups
   overflow_groups: int  # informative groups that did not fit the batch
 
+  def gather_rollout(self, rounds: Sequence[Rollout]) -> Rollout:
+    """The batch's Rollout from the rounds' rollouts (padding rows get the pad token)."""
+    pad_id = rounds[0].pad_id
+    return Rollout(
+        tokens_RxN=self.gather([r.tokens_RxN for r in rounds], fill=pad_id),
+        mask_RxN=self.gather([r.mask_RxN for r in rounds], fill=0),
+        logps_RxN=self.gather([r.logps_RxN for r in rounds], fill=0.0),
+        rewards_R=self.rewards_R,
+        row_query_index_R=self.gather([r.row_query_index_R for r in rounds], fill=-1),
+        pad_id=pad_id)
+
   def gather(self, per_round: Sequence[np.ndarray], fill: Any = 0) -> np.ndarray:
     """Stack rows [R, ...] from per-round arrays [R, ...]; padding rows get `fill`."""
     if len(per_round) != self.rounds:
@@ -227,14 +238,7 @@ class DAPOAllocator(GRPOAllocator):
       builder.add_round(layout, rollout.rewards_R)
       rounds.append(rollout)
     batch = builder.build()
-    pad_id = rounds[0].pad_id
-    gathered = Rollout(
-        tokens_RxN=batch.gather([r.tokens_RxN for r in rounds], fill=pad_id),
-        mask_RxN=batch.gather([r.mask_RxN for r in rounds], fill=0),
-        logps_RxN=batch.gather([r.logps_RxN for r in rounds], fill=0.0),
-        rewards_R=batch.rewards_R,
-        row_query_index_R=batch.gather([r.row_query_index_R for r in rounds], fill=-1),
-        pad_id=pad_id)
+    gathered = batch.gather_rollout(rounds)
     info = {'rounds': batch.rounds, 'dapo_dropped_groups': batch.dropped_groups,
             'dapo_discarded_rows': batch.discarded_rows, 'dapo_kept_groups': batch.kept_groups}
     return FilledBatch(self.name, batch.layout, gathered, info)

@@ -1,35 +1,55 @@
 """`method=sgpo_bayes`: sGPO beyond the paper, a Beta posterior per prompt driving everything.
 
 What it does per RL batch (`fill_batch`), with the math in `bayes.py`:
-1. Lazy adaptive profile. Prompts are profiled in the order of a seeded permutation of the
-   pool, only as far as training needs them (a budget under one epoch never pays for
-   prompts it will not train on). Up to R prompts are in flight; each profiling round is one
-   fixed-shape rollout of one sample per in-flight prompt (generation only, charged to the
-   ledger as 'profile'). A prompt leaves the round robin once `bayes.profile_decision`
-   settles it: 'learnable' (joins the epoch's candidates), 'skip' (confidently trivial or
-   unsolved: deprioritised) or 'undecided' at profile_max_samples (a candidate).
+1. Lazy adaptive profile (profile=True). Prompts are profiled in the order of a seeded
+   permutation of the pool, only as far as training needs them (a budget under one epoch
+   never pays for prompts it will not train on). Up to R prompts are in flight; each
+   profiling round is one fixed-shape generation-only call (charged to the ledger as
+   'profile'): one sample per in-flight prompt, and when fewer than R prompts are in flight
+   the spare rows of the call (paid for anyway) become extra samples of the same prompts.
+   A prompt leaves the round robin once `bayes.profile_decision` settles it: 'learnable'
+   (joins the epoch's candidates), 'skip' (confidently trivial or unsolved: deprioritised)
+   or 'undecided' at profile_max_samples (a candidate). profile=False: a prompt's first
+   training group is its profile (it joins the candidates with the prior).
 2. G per prompt: the next `window` candidates of the epoch go to `bayes.choose_group_sizes`
    (greedy fill of the R rows by marginal expected informative signal per row); the ones
-   not taken stay for a later batch of the same epoch.
-3. Every rollout updates the prompt's posterior (old evidence decayed by evidence_decay,
-   since the policy moves); a trained prompt whose posterior P_inf(min G) falls below
-   informative_floor is deprioritised, its skip count = consecutive all-equal groups.
-4. Deprioritised prompts are not forgotten: at each epoch start each is drawn for a revisit
+   not taken stay for a later round or batch of the same epoch.
+3. Post-rollout filter (post_filter=True, DAPO's dynamic sampling on top of the posterior
+   pre-filter): a group whose rewards are all equal is not trained on; further training
+   rounds (each a full R-row plan of the next candidates) refill the batch, informative
+   groups taken in order while they fit, until R rows are filled or max_rounds rounds ran
+   (the rest padded). Every round's rows, dropped or not, are charged as 'rollout'. An
+   informative group that does not fit stays a candidate (its prompt is not spent). A
+   refill round is skipped (the rest padded) when it would raise the batch's expected
+   FLOPs per trained informative row (`bayes.refill_lowers_cost`, train_cost_per_row).
+4. Every rollout updates the prompt's posterior (old evidence decayed by evidence_decay,
+   since the policy moves), dropped groups included; a prompt whose posterior P_inf(min G)
+   falls below informative_floor is deprioritised, its skip count = consecutive all-equal
+   groups.
+5. Deprioritised prompts are not forgotten: at each epoch start each is drawn for a revisit
    with probability max(revisit_base**skips, revisit_floor) (GRESO's rule). A revisit is a
-   cheap probe (the same adaptive rounds as the profile, counted as 'profile'); a probe that
-   settles 'learnable' brings the prompt back. revisit_base adapts by revisit_step per epoch
-   toward a share `revisit_target` of probes that come back.
-No curriculum: candidates are taken in profile order (the measured sGPO curriculum made the
-eval curve swing with its phases; see the README's results).
+   cheap probe (profile=True: the same adaptive rounds as the profile, counted as
+   'profile'; profile=False: a training group, post-filtered); a probe that settles
+   'learnable' (an informative group) brings the prompt back. revisit_base adapts by
+   revisit_step per epoch toward a share `revisit_target` of revisits that come back.
+No curriculum: candidates are taken in a fresh random order every epoch (reshuffle=True;
+False: the pool order every epoch); the measured sGPO curriculum made the eval curve swing
+with its phases (see the README's results).
+Defaults, as measured (experiments/results/compare_prelim_sgpo_bayes_v2/): post_filter on,
+profile off (with the post-filter a prompt's first group is the cheaper profile), refills
+always (train_cost_per_row = 0), informative_floor 0.25.
 
 Registered as `method=sgpo_bayes` (settings: config.sgpo_bayes). `fill_batch` calls the
-trainer's `rollout_fn` for every probe round (category 'profile') and once for the batch;
-the state dataclass round-trips through `state_dict()` (base.py), so resume is exact.
+trainer's `rollout_fn` for every probe round (category 'profile') and every training round,
+each with its own round index; the state dataclass round-trips through `state_dict()`
+(base.py), so resume is exact.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -40,13 +60,16 @@ from sgpo_jax.allocators.base import (
   Allocator,
   BatchPlan,
   FilledBatch,
+  Rollout,
   RolloutFn,
   register_allocator,
 )
+from sgpo_jax.allocators.dapo import DAPOBatchBuilder
 from sgpo_jax.sgpo import RowLayout
 
 _POOL_ORDER_STREAM = 0xBA7E5
 _REVISIT_STREAM = 0x2E71
+_EPOCH_ORDER_STREAM = 0xE90C
 
 # Status of a prompt.
 UNPROFILED, SAMPLING, CANDIDATE, DEPRIORITISED = 0, 1, 2, 3
@@ -63,13 +86,20 @@ class BayesSettings:
   profile_max_samples: int = 4
   settle_high: float = 0.6
   settle_low: float = 0.35
-  informative_floor: float = 0.35
+  informative_floor: float = 0.25
   evidence_decay: float = 0.5
   window: int = 32
   revisit_base: float = 0.25
   revisit_floor: float = 0.02
   revisit_target: float = 0.3
   revisit_step: float = 0.05
+  post_filter: bool = True
+  max_rounds: int = 4
+  profile: bool = False
+  train_cost_per_row: float = 0.0
+  reshuffle: bool = True
+  decay_by_passes: bool = False
+  top_up_revisits: bool = True
 
   def __post_init__(self) -> None:
     config_check.check_sgpo_bayes(dataclasses.asdict(self))
@@ -91,7 +121,8 @@ class BayesState:
   skips: np.ndarray  # [Q] int32 consecutive all-equal observations
   probe_n: np.ndarray  # [Q] int32 samples of the current profile / revisit probe
   probe_c: np.ndarray  # [Q] int32 successes among them
-  served: np.ndarray  # [Q] bool trained in this epoch
+  served: np.ndarray  # [Q] bool rolled out for training in this epoch (kept or dropped)
+  revisiting: np.ndarray  # [Q] bool drawn for a revisit, no training group since (profile=False)
   frontier: int = 0  # profiled prefix of the pool order
   in_flight: list = dataclasses.field(default_factory=list)  # prompts being sampled, in order
   candidates: list = dataclasses.field(default_factory=list)  # this epoch's, in order
@@ -107,6 +138,11 @@ class BayesState:
   steps: int = 0
   probe_rounds: int = 0
   visits_since_draw: int = 0  # prompt visits trained since the last revisit draw
+  train_rounds: int = 0  # training rollout rounds (post_filter: several per batch)
+  dropped_groups: int = 0  # all-equal groups not trained on (post_filter)
+  overflow_groups: int = 0  # informative groups that did not fit (their prompt stays)
+  refills_skipped: int = 0  # batches padded because another round would not pay
+  expected_informative: float = 0.0  # sum of P_inf over rolled-out training groups, as planned
 
 
 @register_allocator('sgpo_bayes')
@@ -129,7 +165,8 @@ class BayesAllocator(Allocator):
         alpha=np.full(q, settings.prior_alpha), beta=np.full(q, settings.prior_beta),
         status=np.zeros(q, np.int8), skips=np.zeros(q, np.int32),
         probe_n=np.zeros(q, np.int32), probe_c=np.zeros(q, np.int32),
-        served=np.zeros(q, bool), revisit_base=settings.revisit_base)
+        served=np.zeros(q, bool), revisiting=np.zeros(q, bool),
+        revisit_base=settings.revisit_base)
 
   @classmethod
   def from_config(cls, config: Any, num_queries: int, profile: Any = None) -> BayesAllocator:
@@ -175,24 +212,46 @@ class BayesAllocator(Allocator):
       st.probe_n[q], st.probe_c[q] = 0, 0
       st.in_flight.append(q)
 
+  def _take_unprofiled(self, count: int) -> None:
+    """profile=False: the next `count` prompts of the pool order become candidates as they
+    are (prior posterior); their first training group is their profile."""
+    st = self.state
+    while count > 0 and st.frontier < self.num_queries:
+      q = int(self.pool_order[st.frontier])
+      st.frontier += 1
+      st.status[q] = CANDIDATE
+      st.candidates.append(q)
+      count -= 1
+
+  def probe_samples_per_prompt(self, take: list[int]) -> np.ndarray:
+    """Samples each in-flight prompt gets in one probe call: 1, or more when fewer than R
+    prompts are in flight (the call's R rows are paid for anyway), R // len(take) each,
+    never past profile_max_samples."""
+    st, cfg = self.state, self.settings
+    per = max(1, self.rows_per_batch // max(len(take), 1))
+    left = cfg.profile_max_samples - st.probe_n[np.asarray(take, np.int64)]
+    return np.minimum(per, np.maximum(left, 1)).astype(np.int64)
+
   def _probe_round(self, rollout_fn: RolloutFn, round_index: int) -> None:
-    """One generation-only rollout: one sample per in-flight prompt; settles some."""
+    """One generation-only rollout of the in-flight prompts; settles some."""
     st = self.state
     st.probe_rounds += 1
     take = st.in_flight[:self.rows_per_batch]
-    layout = sgpo_lib.pack_rows(np.array(take, np.int64), np.ones(len(take), np.int64),
-                                self.rows_per_batch)
+    k_P = self.probe_samples_per_prompt(take)
+    layout = sgpo_lib.pack_rows(np.array(take, np.int64), k_P, self.rows_per_batch)
     rewards_R = np.asarray(rollout_fn(layout, round_index, 'profile').rewards_R, np.float64)
-    success = np.clip(rewards_R[:len(take)], 0.0, 1.0)
-    self._observe_samples(np.array(take), success, 1.0)  # same policy: no decay
-    is_revisit = st.epoch > 0 and st.frontier >= self.num_queries
-    for q, ok in zip(take, success):
-      st.probe_n[q] += 1
-      st.probe_c[q] += int(ok >= 1.0)
-    if is_revisit:
-      st.probe_samples += len(take)
-    else:
-      st.profile_samples += len(take)
+    valid = np.flatnonzero(layout.valid_R)
+    success_R = np.clip(rewards_R[valid], 0.0, 1.0)
+    self._observe_samples(layout.row_query_index_R[valid], success_R, 1.0)  # same policy
+    group_R = layout.group_id_R[valid]
+    correct_P = np.bincount(group_R, weights=(success_R >= 1.0), minlength=len(take))
+    for p, q in enumerate(take):
+      st.probe_n[q] += int(k_P[p])
+      st.probe_c[q] += int(correct_P[p])
+      if st.skips[q] > 0:  # a revisit probe
+        st.probe_samples += int(k_P[p])
+      else:
+        st.profile_samples += int(k_P[p])
     still = []
     for q in st.in_flight:
       decision = self._decide(q) if q in take else 'sample'
@@ -223,8 +282,12 @@ class BayesAllocator(Allocator):
     st.epoch += 1
     st.served[:] = False
     active = np.flatnonzero(st.status == CANDIDATE)
-    # Candidates keep the pool order; deprioritised prompts drawn for a revisit probe.
-    order = {int(q): i for i, q in enumerate(self.pool_order)}
+    # Candidates in the epoch's order (a fresh permutation per epoch with reshuffle, else the
+    # pool order); deprioritised prompts drawn for a revisit probe.
+    epoch_order = (np.random.default_rng(np.random.SeedSequence(
+        [self.seed, _EPOCH_ORDER_STREAM, st.epoch])).permutation(self.num_queries)
+        if cfg.reshuffle else self.pool_order)
+    order = {int(q): i for i, q in enumerate(epoch_order)}
     st.candidates = sorted(active.tolist(), key=order.__getitem__)
     low = np.flatnonzero(st.status == DEPRIORITISED)
     st.visits_since_draw = 0
@@ -236,7 +299,7 @@ class BayesAllocator(Allocator):
       u_R = rng.random(low.size)
       drawn = low[u_R < p_R]
       need = self._need()
-      if len(st.candidates) + drawn.size < need:
+      if cfg.top_up_revisits and len(st.candidates) + drawn.size < need:
         # Too little to fill a batch: probe the most promising of the rest as well (fewest
         # consecutive all-equal observations, then the draw's order), not the whole pool.
         rest = np.lexsort((u_R, st.skips[low]))
@@ -244,13 +307,20 @@ class BayesAllocator(Allocator):
         drawn = np.concatenate([drawn, np.array(extra[:need - len(st.candidates) - drawn.size],
                                                 np.int64)]).astype(np.int64)
       if drawn.size:  # the policy has moved since their evidence: decay it once
+        # decay_by_passes: by as much as training moved since the last draw (evidence_decay
+        # per pool pass), so short epochs (few learnable prompts) do not wash it out.
+        decay = cfg.evidence_decay ** passes if cfg.decay_by_passes else cfg.evidence_decay
         st.alpha[drawn], st.beta[drawn] = bayes.update_posterior(
-            st.alpha[drawn], st.beta[drawn], 0.0, 0.0, cfg.prior_alpha, cfg.prior_beta,
-            cfg.evidence_decay)
+            st.alpha[drawn], st.beta[drawn], 0.0, 0.0, cfg.prior_alpha, cfg.prior_beta, decay)
       for q in sorted(drawn.tolist(), key=order.__getitem__):
-        st.status[q] = SAMPLING
-        st.probe_n[q], st.probe_c[q] = 0, 0
-        st.in_flight.append(q)
+        if cfg.profile:
+          st.status[q] = SAMPLING
+          st.probe_n[q], st.probe_c[q] = 0, 0
+          st.in_flight.append(q)
+        else:  # the revisit is a training group, post-filtered like any other
+          st.status[q] = CANDIDATE
+          st.revisiting[q] = True
+          st.candidates.append(q)
       st.revisits += int(drawn.size)
 
   # -- one batch -------------------------------------------------------------------------
@@ -263,66 +333,145 @@ class BayesAllocator(Allocator):
     st = self.state
     return [q for q in st.candidates if not st.served[q]]
 
-  def fill_batch(self, rollout_fn: RolloutFn) -> FilledBatch:
-    """Profiles / probes as needed, then plans, rolls out and observes one batch."""
-    st, cfg = self.state, self.settings
+  def _gather_candidates(self, rollout_fn: RolloutFn, round_index: Iterator[int]) -> None:
+    """Profiles / probes / starts epochs until a round has candidates to plan from."""
+    st = self.state
     need = self._need()
-    round_index = 1  # 0 is the training rollout's own key
-    probe_rounds_before = self.state.probe_rounds
     started = False
     while True:
       st.candidates = self._ready()
       if len(st.candidates) >= need:
-        break
-      self._top_up_in_flight()
-      if st.in_flight:
-        self._probe_round(rollout_fn, round_index)
-        round_index += 1
+        return
+      if self.settings.profile:
+        self._top_up_in_flight()
+        if st.in_flight:
+          self._probe_round(rollout_fn, next(round_index))
+          continue
+      elif st.frontier < self.num_queries:
+        self._take_unprofiled(need - len(st.candidates))
         continue
       if st.candidates:
-        break  # the epoch's last candidates
+        return  # the epoch's last candidates
       if started:
         # A fresh epoch and its probes found nothing learnable: this epoch trains every
         # prompt, most promising first, so the run goes on (a degenerate pool).
         st.candidates = np.argsort(-self.informative(), kind='stable').tolist()
-        break
+        return
       self._start_epoch()
       started = True
+
+  def _plan(self) -> BatchPlan:
+    """One training round: G for the next `window` candidates, R rows at most."""
+    st, cfg = self.state, self.settings
     window = np.array(st.candidates[:cfg.window], np.int64)
     g_P = bayes.choose_group_sizes(st.alpha[window], st.beta[window], cfg.group_sizes,
                                    self.rows_per_batch, cfg.signal_exponent)
     if not g_P.any():  # every option below the floor of value: take the first at min G
       g_P[0] = self.min_g
     taken = g_P > 0
-    plan = BatchPlan(window[taken], g_P[taken].astype(np.int32), 'bayes')
-    layout = plan.rows(self.rows_per_batch)
-    rollout = rollout_fn(layout, 0, 'rollout')
-    self.observe(plan, rollout.rewards_R, layout)
-    probe_rounds = self.state.probe_rounds - probe_rounds_before
-    return FilledBatch('bayes', layout, rollout,
-                       {'rounds': probe_rounds + 1, 'profile_rounds': probe_rounds})
+    return BatchPlan(window[taken], g_P[taken].astype(np.int32), 'bayes')
 
-  def observe(self, plan: BatchPlan, rewards_R: np.ndarray, layout: RowLayout) -> None:
+  def fill_batch(self, rollout_fn: RolloutFn) -> FilledBatch:
+    """Probes as needed, then rolls out training rounds until one batch is filled.
+
+    post_filter=False: one round, every group trained on. post_filter=True: all-equal
+    groups are dropped and further rounds refill the batch (DAPOBatchBuilder's rule:
+    informative groups in order while they fit), at most max_rounds rounds."""
     st, cfg = self.state, self.settings
-    rewards_R = np.clip(np.asarray(rewards_R, np.float64).reshape(-1), 0.0, 1.0)
+    round_index = itertools.count()  # one rollout key per call of this step
+    probe_rounds_before = st.probe_rounds
+    max_rounds = cfg.max_rounds if cfg.post_filter else 1
+    builder = DAPOBatchBuilder(self.rows_per_batch, max_rounds)
+    rounds: list[Rollout] = []
+    kept = dropped = 0
+    while not builder.done and self.rows_per_batch - builder.filled_rows >= self.min_g:
+      self._gather_candidates(rollout_fn, round_index)
+      plan = self._plan()
+      if builder.rounds and not self.refill_pays(plan, builder.filled_rows, builder.rounds):
+        st.refills_skipped += 1
+        break
+      layout = plan.rows(self.rows_per_batch)
+      rollout = rollout_fn(layout, next(round_index), 'rollout')
+      if not cfg.post_filter:
+        self.observe(plan, rollout.rewards_R, layout)
+        st.steps += 1
+        probe_rounds = st.probe_rounds - probe_rounds_before
+        return FilledBatch('bayes', layout, rollout,
+                           {'rounds': probe_rounds + 1, 'profile_rounds': probe_rounds})
+      free_rows = self.rows_per_batch - builder.filled_rows
+      kept_P, equal_P = self.observe(plan, rollout.rewards_R, layout, free_rows)
+      added = builder.add_round(layout, rollout.rewards_R)
+      if added != int(plan.group_size[kept_P].sum()):
+        raise AssertionError(f'batch builder kept {added} rows, the posterior update '
+                             f'{int(plan.group_size[kept_P].sum())}')
+      kept += int(kept_P.sum())
+      dropped += int(equal_P.sum())
+      rounds.append(rollout)
+    batch = builder.build()
+    st.steps += 1
+    probe_rounds = st.probe_rounds - probe_rounds_before
+    return FilledBatch('bayes', batch.layout, batch.gather_rollout(rounds),
+                       {'rounds': probe_rounds + batch.rounds, 'profile_rounds': probe_rounds,
+                        'train_rounds': batch.rounds, 'dapo_dropped_groups': dropped,
+                        'dapo_kept_groups': kept, 'dapo_discarded_rows': batch.discarded_rows})
+
+  def refill_pays(self, plan: BatchPlan, filled_rows: int, rounds_done: int) -> bool:
+    """Whether rolling out `plan` as a refill round lowers the batch's expected FLOPs per
+    trained informative row (bayes.refill_lowers_cost; expected new rows = sum of
+    P_inf(G) * G over the plan's groups)."""
+    st = self.state
+    expected = float(sum(
+        float(bayes.informative_probability(st.alpha[q], st.beta[q], int(g))) * int(g)
+        for q, g in zip(plan.query_index.tolist(), plan.group_size.tolist())))
+    return bayes.refill_lowers_cost(filled_rows, expected, rounds_done, self.rows_per_batch,
+                                    self.settings.train_cost_per_row)
+
+  def observe(self, plan: BatchPlan, rewards_R: np.ndarray, layout: RowLayout,
+              free_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Learns from one training round: every row updates its prompt's posterior.
+
+    free_rows=None: every group is trained on (post_filter=False). Else the round is
+    post-filtered: a group is kept iff its rewards are not all equal and it fits the
+    `free_rows` still free (in plan order, as DAPOBatchBuilder); an informative group that
+    does not fit is not spent (its prompt stays a candidate). Returns bool [P] arrays:
+    kept groups, all-equal groups."""
+    st, cfg = self.state, self.settings
+    raw_R = np.asarray(rewards_R, np.float64).reshape(-1)
     valid = np.flatnonzero(layout.valid_R)
-    self._observe_samples(layout.row_query_index_R[valid], rewards_R[valid], cfg.evidence_decay)
-    served = set()
+    for q, g in zip(plan.query_index.tolist(), plan.group_size.tolist()):  # calibration
+      st.expected_informative += float(bayes.informative_probability(st.alpha[q], st.beta[q],
+                                                                     int(g)))
+    self._observe_samples(layout.row_query_index_R[valid], np.clip(raw_R[valid], 0.0, 1.0),
+                          cfg.evidence_decay)
+    room = self.rows_per_batch if free_rows is None else int(free_rows)
+    kept_P = np.zeros(plan.num_prompts, bool)
+    equal_P = np.zeros(plan.num_prompts, bool)
     for p, q in enumerate(plan.query_index.tolist()):
       rows = np.flatnonzero(layout.group_id_R == p)
-      r = rewards_R[rows]
-      informative = bool(r.max() > r.min())
+      r = raw_R[rows]
+      informative = bool(r.max() > r.min())  # exact, as dapo_keep_groups
+      equal_P[p] = not informative
       st.train_groups += 1
       st.informative_groups += int(informative)
-      st.served[q] = True
-      served.add(q)
+      if st.revisiting[q]:
+        st.revisits_back += int(informative)
+        st.revisiting[q] = False
       st.skips[q] = 0 if informative else st.skips[q] + 1
+      if free_rows is None or not informative or rows.size <= room:
+        st.served[q] = True  # spent for this epoch: trained on, or dropped all-equal
+        kept_P[p] = free_rows is None or informative
+        room -= rows.size if kept_P[p] else 0
+      else:
+        st.overflow_groups += 1
+      st.dropped_groups += int(free_rows is not None and not informative)
       if self.informative([q])[0] < cfg.informative_floor and st.status[q] == CANDIDATE:
         st.status[q] = DEPRIORITISED
         st.skips[q] = max(int(st.skips[q]), 1)
-    st.candidates = [q for q in st.candidates if q not in served]
-    st.steps += 1
+        st.served[q] = True  # an overflow prompt deprioritised here leaves the epoch too
+    st.candidates = [q for q in st.candidates if not st.served[q]]
+    st.train_rounds += 1
     st.visits_since_draw += plan.num_prompts
+    return kept_P, equal_P
 
   # -- reports and resume ----------------------------------------------------------------
 
@@ -334,6 +483,11 @@ class BayesAllocator(Allocator):
         'profile_samples_per_query': st.profile_samples / max(st.frontier, 1),
         'train_groups': st.train_groups,
         'informative_group_share': st.informative_groups / max(st.train_groups, 1),
+        # Calibration: the share the posterior expected when planning the same groups.
+        'expected_informative_share': st.expected_informative / max(st.train_groups, 1),
+        'train_rounds': st.train_rounds, 'train_rounds_per_step': st.train_rounds / max(st.steps, 1),
+        'dropped_groups': st.dropped_groups, 'overflow_groups': st.overflow_groups,
+        'refills_skipped': st.refills_skipped,
         'revisits': st.revisits, 'revisits_back': st.revisits_back,
         'revisit_base': st.revisit_base, 'epochs': st.epoch,
         'deprioritised': int((st.status == DEPRIORITISED).sum()),

@@ -1,0 +1,121 @@
+"""Where an allocator's FLOPs went, per arm (seed means): a companion table to compare.md.
+
+    python experiments/bayes_diagnostics.py --runs-dir RUNS --regime default \
+        --arms grpo,dapo,sgpo_bayes --seeds 0-2 --out RESULTS/diagnostics_default.md
+
+Per arm: final accuracy, the FLOPs shares (profile / probes, rollout, train; eval left out,
+as in the budget), generation calls per step (profile + training rounds), training rounds
+per step, the share of rolled-out groups with all-equal rewards (and, for sgpo_bayes, the
+share its posterior expected when planning them), the share of trained
+groups with all-equal rewards (what the learner got no signal from), padding, and for
+sgpo_bayes its allocator block (overflow groups and skipped refills per step, revisits and
+the share that came back). Reads each run's summary.json and metrics.jsonl only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare  # noqa: E402
+
+
+def run_diagnostics(workdir: str) -> dict[str, float]:
+  """One run's numbers (see the module docstring)."""
+  with open(os.path.join(workdir, 'summary.json')) as f:
+    summary = json.load(f)
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    rows = [r for r in map(json.loads, f) if 'reward_mean' in r]
+  flops = summary['flops']
+  spent = flops['total']  # the budgeted FLOPs: eval is tracked apart, outside the total
+  out = {
+      'final_acc': 100 * summary['eval_accuracy_final'],
+      'profile_share': flops.get('profile', 0.0) / spent,
+      'rollout_share': flops.get('rollout', 0.0) / spent,
+      'train_share': flops.get('train', 0.0) / spent,
+      'calls_per_step': float(np.mean([r.get('rounds', 1) for r in rows])),
+      'train_rounds_per_step': float(np.mean([r.get('train_rounds', r.get('rounds', 1))
+                                              for r in rows])),
+      'trained_all_equal': float(np.mean([r.get('frac_zero_std', np.nan) for r in rows])),
+      'padding': float(np.mean([r['padding_fraction'] for r in rows])),
+      'steps': float(len(rows)),
+      'wall_s': compare._rl_wall(summary),
+  }
+  if 'dapo_dropped_groups' in rows[0]:
+    dropped = sum(r['dapo_dropped_groups'] for r in rows)
+    out['rolled_all_equal'] = dropped / max(dropped + sum(r['dapo_kept_groups'] for r in rows),
+                                            1)
+  else:
+    out['rolled_all_equal'] = out['trained_all_equal']
+  alloc = summary.get('allocator') or {}
+  if 'overflow_groups' in alloc:
+    out['overflow_per_step'] = alloc['overflow_groups'] / len(rows)
+    out['refills_skipped_per_step'] = alloc.get('refills_skipped', 0) / len(rows)
+  if 'expected_informative_share' in alloc:  # the posterior's calibration, same groups
+    out['rolled_all_equal'] = 1.0 - alloc['informative_group_share']  # overflow included
+    out['expected_all_equal'] = 1.0 - alloc['expected_informative_share']
+  if 'revisits' in alloc:
+    out['revisits'] = float(alloc['revisits'])
+    out['revisit_back_share'] = alloc['revisits_back'] / max(alloc['revisits'], 1)
+  return out
+
+
+COLUMNS = [('final_acc', 'final acc %', '{:.1f}'), ('profile_share', 'profile FLOPs', '{:.1%}'),
+           ('rollout_share', 'rollout FLOPs', '{:.1%}'), ('train_share', 'train FLOPs', '{:.1%}'),
+           ('calls_per_step', 'gen calls/step', '{:.2f}'),
+           ('train_rounds_per_step', 'train rounds/step', '{:.2f}'),
+           ('rolled_all_equal', 'all-equal rolled out', '{:.1%}'),
+           ('expected_all_equal', 'all-equal expected', '{:.1%}'),
+           ('trained_all_equal', 'all-equal trained on', '{:.1%}'),
+           ('padding', 'padding', '{:.1%}'), ('steps', 'steps', '{:.0f}'),
+           ('overflow_per_step', 'overflow groups/step', '{:.2f}'),
+           ('refills_skipped_per_step', 'refills skipped/step', '{:.2f}'),
+           ('revisits', 'revisits', '{:.0f}'), ('revisit_back_share', 'revisits back', '{:.1%}'),
+           ('wall_s', 'wall s', '{:.0f}')]
+
+
+def table(per_arm: dict[str, list[dict[str, float]]]) -> str:
+  lines = ['| arm | seeds | ' + ' | '.join(c[1] for c in COLUMNS) + ' |',
+           '|---|---|' + '---|' * len(COLUMNS)]
+  for arm, runs in per_arm.items():
+    cells = []
+    for key, _, fmt in COLUMNS:
+      values = [r[key] for r in runs if key in r and np.isfinite(r[key])]
+      cells.append(fmt.format(float(np.mean(values))) if values else '')
+    lines.append(f'| {arm} | {len(runs)} | ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--runs-dir', required=True)
+  parser.add_argument('--regime', required=True)
+  parser.add_argument('--arms', required=True, help='comma-separated run-name prefixes')
+  parser.add_argument('--seeds', default='0-4')
+  parser.add_argument('--out', default=None, help='markdown file (default: stdout)')
+  args = parser.parse_args(argv)
+  seeds = compare.parse_seeds(args.seeds)
+  per_arm: dict[str, list[dict[str, Any]]] = {}
+  for arm in args.arms.split(','):
+    dirs = [os.path.join(args.runs_dir, args.regime, f'{arm}_seed{s}') for s in seeds]
+    per_arm[arm] = [run_diagnostics(d) for d in dirs
+                    if os.path.exists(os.path.join(d, 'summary.json'))]
+  text = (f'# Where the FLOPs went: regime `{args.regime}`, seeds {args.seeds}\n\n'
+          'Generated by `experiments/bayes_diagnostics.py` (seed means; FLOPs shares of the '
+          'budgeted FLOPs, eval left out).\n\n' + table(per_arm) + '\n')
+  if args.out:
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, 'w') as f:
+      f.write(text)
+  else:
+    print(text)
+
+
+if __name__ == '__main__':
+  main()
