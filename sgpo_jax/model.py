@@ -126,6 +126,18 @@ def rope_inv_freq(cfg: ModelConfig) -> np.ndarray:
   return inv_freq
 
 
+def rope_inv_freq_traced(cfg: ModelConfig):
+  """The inverse frequencies the forward pass uses: `rope_inv_freq`, except that unscaled
+  RoPE keeps the in-graph formula of earlier versions. The two differ in the last bit of some
+  frequencies (numpy's pow against XLA's), and that alone moved the embedded default's
+  1500-step SFT warm start from 63.1% to 32.5% held-out accuracy: the cached warm starts and
+  every measured run were made with this formula."""
+  if cfg.rope_type != 'default':
+    return rope_inv_freq(cfg)
+  half = cfg.head_dim // 2
+  return 1.0 / (cfg.rope_theta ** (jnp.arange(half, dtype=jnp.float32) / half))
+
+
 def _init(std: float, names: tuple[str | None, ...]):
   return nn.with_logical_partitioning(nn.initializers.normal(std), names)
 
@@ -144,7 +156,7 @@ class RMSNorm(nn.Module):
     return (normed * scale_D.astype(jnp.float32)).astype(self.dtype)
 
 
-def rotary(x_BxTxNxH, positions_BxT, inv_freq_H2: np.ndarray):
+def rotary(x_BxTxNxH, positions_BxT, inv_freq_H2):
   """HF-convention RoPE: rotate the two halves of each head by position-dependent angles."""
   half = x_BxTxNxH.shape[-1] // 2
   angles_BxTxH2 = positions_BxT[..., None].astype(jnp.float32) * jnp.asarray(inv_freq_H2)
@@ -176,7 +188,7 @@ class Attention(nn.Module):
     if cfg.qk_norm:
       q_BxTxHxE = RMSNorm(cfg.rms_eps, dtype, pdtype, name='q_norm')(q_BxTxHxE)
       k_BxTxKxE = RMSNorm(cfg.rms_eps, dtype, pdtype, name='k_norm')(k_BxTxKxE)
-    inv_freq_H2 = rope_inv_freq(cfg)
+    inv_freq_H2 = rope_inv_freq_traced(cfg)
     q_BxTxHxE = rotary(q_BxTxHxE, positions_BxT, inv_freq_H2)
     k_BxTxKxE = rotary(k_BxTxKxE, positions_BxT, inv_freq_H2)
     v_BxTxKxE = proj('v', cfg.n_kv_heads, 'kv_heads')
