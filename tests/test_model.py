@@ -223,6 +223,21 @@ def test_rope_inverse_frequencies_by_hand():
                              [1.0, (1 - s) * 0.1 / 4 + s * 0.1], rtol=1e-6)
 
 
+def test_forward_pass_rope_frequencies_agree_with_the_table():
+  """The in-graph unscaled formula (kept for the cached warm starts) and the numpy table agree
+  to float32 rounding; scaled types use the table as is."""
+  for head_dim, theta in ((32, 10000.0), (64, 1_000_000.0), (4, 100.0)):
+    cfg = tiny_config(head_dim=head_dim, rope_theta=theta)
+    traced = np.asarray(jax.jit(lambda: model_lib.rope_inv_freq_traced(cfg))())
+    table = model_lib.rope_inv_freq(cfg)
+    assert traced.dtype == table.dtype == np.float32 and traced.shape == (head_dim // 2,)
+    np.testing.assert_array_max_ulp(traced, table, maxulp=2)
+  linear = tiny_config(head_dim=8, rope_type='linear', rope_factor=2.0)
+  assert model_lib.rope_inv_freq_traced(linear) is not None
+  np.testing.assert_array_equal(np.asarray(model_lib.rope_inv_freq_traced(linear)),
+                                model_lib.rope_inv_freq(linear))
+
+
 @functools.lru_cache(maxsize=None)
 def _loss_and_grad_fn(cfg):
   """Jitted next-token cross-entropy -> ((loss, logits_BxTxV), grads)."""
