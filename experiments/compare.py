@@ -53,7 +53,12 @@ from sgpo_jax import default_config  # noqa: E402
 
 REPO = sweep.REPO
 RESULTS = os.path.join(REPO, 'experiments', 'results')
-GRID_POINTS = 50
+# The analysis grid: 0 and GRID_POINTS log-spaced points from budget/GRID_SPAN to the budget
+# (1.8% apart: a ratio is resolved to ~2% wherever the target is crossed), and a crossing
+# counts once the seed-mean curve stays at the target up to CONFIRM_SPAN times further.
+GRID_POINTS = 300
+GRID_SPAN = 200.0
+CONFIRM_SPAN = 1.25
 BOOTSTRAP = 2000
 HEADLINE_REGIME, HEADLINE_ARM = 'paper_like', 'sgpo'
 DEFAULT_REGIMES = ('paper_like', 'default')
@@ -215,13 +220,30 @@ def on_grid(xs: np.ndarray, ys: np.ndarray, grid: np.ndarray) -> np.ndarray:
   return out
 
 
-def first_reach(grid: np.ndarray, curve: np.ndarray, target: float) -> float:
-  """First grid point where curve >= target and the next one is too (the last point needs
-  no confirmation); +inf if never."""
-  ok = np.nan_to_num(curve, nan=-np.inf) >= target - 1e-12
+def make_grid(budget: float) -> np.ndarray:
+  """0, then GRID_POINTS log-spaced FLOPs from budget / GRID_SPAN to the budget: the same
+  relative resolution wherever an arm crosses the target (a FLOPs ratio is a ratio)."""
+  return np.concatenate([[0.0], np.geomspace(budget / GRID_SPAN, budget, GRID_POINTS)])
+
+
+def first_reach(grid: np.ndarray, curve: np.ndarray, target: float,
+                confirm_span: float = CONFIRM_SPAN) -> float:
+  """FLOPs where `curve` first crosses `target` and stays there: the first grid point i with
+  curve >= target at i, at the next point and at every point up to confirm_span * grid[i]
+  (the last point needs no confirmation). The crossing is interpolated linearly from the
+  point before (when that one is defined and below the target). +inf if never."""
+  values = np.nan_to_num(curve, nan=-np.inf)
+  ok = values >= target - 1e-12
   for i in range(len(grid)):
-    if ok[i] and (i == len(grid) - 1 or ok[i + 1]):
-      return float(grid[i])
+    if not ok[i]:
+      continue
+    j = max(i + 2, int(np.searchsorted(grid, confirm_span * grid[i], side='right')))
+    if not ok[i + 1:j].all():
+      continue
+    if i > 0 and np.isfinite(values[i - 1]) and values[i] > values[i - 1]:
+      frac = (target - values[i - 1]) / (values[i] - values[i - 1])
+      return float(grid[i - 1] + min(max(frac, 0.0), 1.0) * (grid[i] - grid[i - 1]))
+    return float(grid[i])
   return float('inf')
 
 
@@ -300,7 +322,7 @@ def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = '
   runs = {a: w for a, w in runs.items() if w}
   if reference not in runs:
     raise ValueError(f'no finished {reference} run: the target needs it')
-  grid = np.linspace(0.0, budget, GRID_POINTS + 1)
+  grid = make_grid(budget)
   curves, finals, summaries = {}, {}, {}
   for arm, workdirs in runs.items():
     curves[arm] = np.asarray([on_grid(*read_curve(w), grid) for w in workdirs])
@@ -556,10 +578,13 @@ def render(results: dict[str, Any]) -> str:
            'Protocol. Each regime is a named config block (`configs/default.py:regime=NAME`); '
            'every run of a regime starts from the same warm-start policy and is scored on the '
            'same held-out problems (greedy); the FLOPs budget (profiling included) ends every '
-           'run. Each run\'s eval curve (accuracy vs cumulative FLOPs) is interpolated onto '
-           f'{GRID_POINTS} equal steps up to the budget and averaged over seeds. Target = '
-           "GRPO's mean final accuracy. FLOPs to target = first grid point where the seed-mean "
-           'curve is >= the target and the next one is too. Ratio vs GRPO (vs DAPO) = '
+           'run. Each run\'s eval curve (accuracy vs cumulative FLOPs; evals at fixed '
+           'fractions of the budget, log-spaced early) is interpolated linearly onto a grid of '
+           f'0 and {GRID_POINTS} log-spaced FLOPs from budget/{GRID_SPAN:.0f} to the budget '
+           '(1.8% apart) and averaged over seeds. Target = '
+           "GRPO's mean final accuracy. FLOPs to target = where the seed-mean curve crosses "
+           f'the target (interpolated between grid points) and stays >= it up to {CONFIRM_SPAN}x '
+           'those FLOPs. Ratio vs GRPO (vs DAPO) = '
            "GRPO's (DAPO's) FLOPs to target / the arm's: > 1 means the arm needs fewer "
            f'FLOPs. 95% intervals: {BOOTSTRAP} bootstrap resamples of the seeds of every arm '
            '(GRPO\'s resample also moves the target); "inf" = in more than 2.5% of resamples '

@@ -206,6 +206,21 @@ def check_schema(config: ml_collections.ConfigDict, schema: ml_collections.Confi
                        f'{type(default).__name__} like the default {default!r}.')
 
 
+def _check_eval_fractions(fractions: tuple, budget: float) -> None:
+  """eval.at_budget_fractions: increasing fractions in (0, 1] of a positive FLOPs budget."""
+  if not fractions:
+    return
+  _require(budget > 0,
+           f'eval.at_budget_fractions={fractions} needs train.flops_budget > 0 (got {budget}): '
+           'the fractions are of the budget. Set a budget or use eval.every_steps alone.')
+  _require(all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f <= 1
+               for f in fractions),
+           f'eval.at_budget_fractions={fractions} must be numbers in (0, 1] (fractions of '
+           'train.flops_budget).')
+  _require(all(a < b for a, b in zip(fractions, fractions[1:])),
+           f'eval.at_budget_fractions={fractions} must be strictly increasing.')
+
+
 def _choice(name: str, value: Any, choices: Any) -> None:
   _require(value in choices, f'{name}={value!r} is not one of {tuple(choices)}.')
 
@@ -251,6 +266,7 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
            'sequence ratio s_i = exp(mean log ratio) moves ~1e-3 per update, so token-sized '
            'bounds never clip. Use GSPO-sized bounds (the paper: clip_eps_low=3e-4, '
            'clip_eps_high=4e-4), or importance_level=token.')
+  _check_eval_fractions(tuple(config.eval.at_budget_fractions), t.flops_budget)
   _require(0 < s.top_p <= 1, f'sampling.top_p={s.top_p} must be in (0, 1].')
   _require(s.temperature >= 0, f'sampling.temperature={s.temperature} must be >= 0 (0 = greedy).')
   _require(es.epsilon > 0, f'train.early_stop.epsilon={es.epsilon} must be > 0.')

@@ -273,6 +273,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   c.eval = ml_collections.ConfigDict()
   c.eval.every_steps = 25
+  # Also evaluate at the first step whose cumulative FLOPs reach each of these fractions of
+  # train.flops_budget (needs a budget): runs of different methods are then read at the same
+  # compute, densely where the strong arms cross a target (the comparison regimes' schedule).
+  c.eval.at_budget_fractions = ()
   c.eval.pass_k = 0  # >0: also pass@k at temperature sampling.temperature
 
   if args['regime']:
@@ -288,6 +292,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   return c
 
 
+# 0.01 * 20**(i/13), i = 0..13 (rounded to 4 digits), then 0.25, 0.30, ..., 1.0.
+REGIME_EVAL_FRACTIONS = (tuple(round(0.01 * 20.0 ** (i / 13), 4) for i in range(14))
+                         + tuple(round(0.05 * k, 2) for k in range(5, 21)))
+
+
 def apply_regime(c: ml_collections.ConfigDict, regime: str) -> None:
   """Sets the fields that define `regime` (see the module docstring) on `c` in place."""
   if regime not in REGIMES:
@@ -298,7 +307,13 @@ def apply_regime(c: ml_collections.ConfigDict, regime: str) -> None:
   c.train.num_steps = 100_000
   c.train.rows_per_batch = 64
   c.checkpoint.every_steps = 100_000
-  c.eval.every_steps = 12  # ~12 evals per run: a 2048-problem eval costs ~6 GRPO steps
+  # Every arm is read at the same compute: evals at fixed fractions of the budget, 14
+  # log-spaced (1.26x apart) from 1% to 20%, where strong arms cross GRPO's final accuracy
+  # (a FLOPs ratio needs the same relative resolution wherever it falls), then every 5% (two
+  # readings in the last 5% of a run). 2560 problems: a standard error <= 0.99 points.
+  c.eval.every_steps = 100_000
+  c.eval.at_budget_fractions = REGIME_EVAL_FRACTIONS
+  c.data.num_eval = 2560
   if regime == 'default':
     c.data.rl_pool_size = 1024
     c.train.flops_budget = 1.5e12

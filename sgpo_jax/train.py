@@ -243,6 +243,7 @@ class RunState:
   last_eval: dict = dataclasses.field(default_factory=dict)
   stop_reason: str | None = None
   wall_start: float = dataclasses.field(default_factory=time.time)
+  flops_before_step: float = 0.0  # the ledger's total when the current step began
 
   def wall_seconds(self) -> float:
     return self.meta.get('wall_seconds_base', 0.0) + time.time() - self.wall_start
@@ -307,6 +308,7 @@ def rl_step(su: Setup, rs: RunState) -> dict | None:
   """Fills, trains on and measures one batch; returns its metrics row (None: exhausted)."""
   t = su.config.train
   step_start = time.time()
+  rs.flops_before_step = su.ledger.total
   tokens_before = {c: su.ledger.tokens(c) for c in ('rollout', 'train')}
   params = rs.train_state['params']
   filled = rs.allocator.fill_batch(make_rollout_fn(su, params, rs.step))
@@ -355,6 +357,16 @@ def _metrics_row(su: Setup, rs: RunState, filled: allocators_lib.FilledBatch,
   return row
 
 
+def eval_due(step: int, every_steps: int, budget_fractions, budget: float,
+             flops_before: float, flops_after: float) -> bool:
+  """Whether the step that took the ledger from flops_before to flops_after is evaluated
+  by the schedule: every `every_steps` steps, and at the first step whose cumulative FLOPs
+  reach each fraction of `budget` (several fractions crossed in one step: one eval)."""
+  if step % every_steps == 0:
+    return True
+  return budget > 0 and any(flops_before < f * budget <= flops_after for f in budget_fractions)
+
+
 def eval_and_stop(su: Setup, rs: RunState, row: dict) -> None:
   """Evaluates when due, and decides (FLOPs budget, early stop) whether the run ends."""
   config, step = su.config, rs.step
@@ -362,7 +374,9 @@ def eval_and_stop(su: Setup, rs: RunState, row: dict) -> None:
   budget_hit = 0 < budget <= su.ledger.total
   if budget_hit:
     rs.stop_reason = f'flops budget {budget:.3g} reached at step {step}'
-  if step % config.eval.every_steps == 0 or step == config.train.num_steps or budget_hit:
+  if (eval_due(step, config.eval.every_steps, tuple(config.eval.at_budget_fractions), budget,
+               rs.flops_before_step, su.ledger.total)
+      or step == config.train.num_steps or budget_hit):
     rs.last_eval = run_eval(su, rs.train_state['params'], step)
     row.update(rs.last_eval)
   if rs.stopper is None or rs.stop_reason is not None:

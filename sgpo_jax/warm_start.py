@@ -42,6 +42,9 @@ def cache_key(config) -> str:
     # Pools drawn with an eval set past the excluded core (tasks/arithmetic.py EVAL_CORE)
     # differ from those of earlier versions, which drew the pool around the whole eval set.
     relevant['eval_core'] = 512
+    # Every eval size past the core leaves the pool (so the SFT) as it is: key them all as
+    # the default's 2048, so a larger comparison eval reuses the README run's warm start.
+    relevant['data']['num_eval'] = 2048
   blob = json.dumps(relevant, sort_keys=True, default=str)
   return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -72,6 +72,36 @@ def test_flops_budget_stops_the_loop(tmp_path):
   assert summary['eval_accuracy_final'] == rows[-1]['eval_accuracy']
 
 
+def test_eval_due_at_every_steps_and_at_each_budget_fraction_crossed():
+  due = lambda step, before, after: train.eval_due(step, 5, (0.1, 0.2, 0.25, 1.0), 100.0,  # noqa: E731
+                                                   before, after)
+  assert due(5, 0.0, 1.0)  # every_steps
+  assert not due(1, 0.0, 9.9)
+  assert due(2, 9.9, 10.0)  # reaches 10% exactly
+  assert not due(3, 10.0, 19.0)  # 10% was crossed by the step before
+  assert due(4, 19.0, 26.0)  # crosses 20% and 25% in one step: one eval
+  assert not due(6, 26.0, 99.0)
+  assert due(7, 99.0, 100.5)
+  assert not train.eval_due(3, 5, (0.5,), 0.0, 0.0, 1e9)  # no budget: no fractions
+
+
+@pytest.mark.slow
+def test_a_budgeted_run_evaluates_where_it_crosses_each_fraction(tmp_path):
+  config = tiny_run_config('grpo', num_steps=50)
+  config.grpo.group_size = 4
+  config.train.flops_budget = 5.5e8  # ~10 tiny steps
+  config.eval.every_steps = 1000
+  config.eval.at_budget_fractions = (0.05, 0.3, 0.35, 0.6, 1.0)
+  summary = train.run(config, str(tmp_path), show_progress=False)
+  rows = _step_rows(str(tmp_path))
+  flops = [0.0] + [r['flops_total'] for r in rows]
+  want = [i + 1 for i in range(len(rows))
+          if any(flops[i] < f * 5.5e8 <= flops[i + 1] for f in config.eval.at_budget_fractions)]
+  got = [r['step'] for r in rows if 'eval_accuracy' in r]
+  assert got == want and len(got) >= 3 and got[-1] == summary['steps']
+  assert rows[0]['step'] in got  # the first step crosses 5%
+
+
 def default_learning_config(cache_dir: str):
   """The embedded default with its own warm start (cached: ~2 CPU minutes once), RL on a
   1024-query prefix of the pool for 40 steps: a few CPU minutes, and still learning."""
@@ -133,10 +163,32 @@ def test_compare_smoke_writes_every_field(tmp_path):
 
 def test_first_reach_needs_confirmation_and_is_inf_when_never():
   grid = np.arange(6.0)
-  assert compare.first_reach(grid, np.array([0, .6, .4, .6, .7, .8]), 0.5) == 3.0
-  assert compare.first_reach(grid, np.array([0, 0, 0, 0, 0, .9]), 0.5) == 5.0  # last point
+  # Crosses 0.5 between 2 (0.4) and 3 (0.6): at 2.5; the dip at 2 voids the crossing at 1.
+  assert compare.first_reach(grid, np.array([0, .6, .4, .6, .7, .8]), 0.5) == pytest.approx(2.5)
+  # The last point needs no confirmation: 4 + 0.5 / 0.9 of the way to 5.
+  assert compare.first_reach(grid, np.array([0, 0, 0, 0, 0, .9]), 0.5) == pytest.approx(4 + 5 / 9)
   assert compare.first_reach(grid, np.zeros(6), 0.5) == float('inf')
+  # Nothing defined before: no interpolation, the grid point itself.
   assert compare.first_reach(grid, np.array([0, np.nan, .6, .6, .6, .6]), 0.5) == 2.0
+  assert compare.first_reach(grid, np.full(6, .7), 0.5) == 0.0
+
+
+def test_first_reach_confirms_over_its_span_not_just_the_next_point():
+  grid = np.arange(11.0)
+  curve = np.array([0, .6, .6, .4, .6, .6, .6, .6, .6, .6, .6])  # dips at 3
+  # Span 1.25: from 1 the confirmation needs only the next point (2); crossing at 0.5/0.6.
+  assert compare.first_reach(grid, curve, 0.5, confirm_span=1.25) == pytest.approx(5 / 6)
+  # Span 3.5: from 1 (up to 3.5) and from 2 (up to 7) the dip at 3 voids the crossing; from
+  # 4 it holds, interpolated from 3's 0.4: 3.5.
+  assert compare.first_reach(grid, curve, 0.5, confirm_span=3.5) == pytest.approx(3.5)
+
+
+def test_grid_is_log_spaced_from_a_fraction_of_the_budget_to_the_budget():
+  grid = compare.make_grid(1.5e12)
+  assert grid[0] == 0.0 and grid[-1] == pytest.approx(1.5e12)
+  assert grid[1] == pytest.approx(1.5e12 / compare.GRID_SPAN)
+  steps = grid[2:] / grid[1:-1]
+  assert np.allclose(steps, steps[0]) and steps[0] < 1.02  # ratios resolved to ~2%
 
 
 def test_ratio_conventions():
@@ -217,7 +269,8 @@ def test_analyse_regime_on_hand_made_runs(tmp_path):
   assert a['grpo']['flops_to_target']['mean'] == pytest.approx(100.0)
   assert a['fast']['flops_to_target']['mean'] == pytest.approx(50.0)
   assert a['fast']['ratio_vs_grpo']['point'] == pytest.approx(2.0)
-  assert a['fast']['ratio_vs_dapo']['point'] == pytest.approx(68.0 / 50.0)  # grid step 2
+  # DAPO crosses 0.7 at 66.7 FLOPs, interpolated between two grid points of a straight line.
+  assert a['fast']['ratio_vs_dapo']['point'] == pytest.approx((0.5 / 0.0075) / 50.0)
   assert a['fast']['ratio_vs_grpo']['ci95'] == pytest.approx([2.0, 2.0])
   assert a['fast']['final_accuracy']['mean'] == pytest.approx(1.2)
   assert a['fast']['wall_ratio_vs_grpo'] == pytest.approx(2.0)

@@ -188,6 +188,7 @@ def test_every_config_file_uses_the_strict_parser():
     ('train.loss_agg', 'sum', "train.loss_agg='sum' is not one of"),
     ('sampling.top_p', 0.0, r'sampling.top_p=0.0 must be in \(0, 1\]'),
     ('eval.every_steps', 0, 'eval.every_steps=0 must be >= 1'),
+    ('eval.at_budget_fractions', (0.5,), r'needs train.flops_budget > 0 \(got 0.0\)'),
     ('train.early_stop.confidence', 1.0, r'train.early_stop.confidence=1.0 must be in \(0, 1\)'),
 ])
 def test_range_checks_live_in_config_check(field, value, message):
@@ -209,4 +210,20 @@ def test_packing_refuses_sequence_level_ratios():
                      r'sequence.*packing=False or importance_level=token'):
     config_check.check_config(c)
   c.train.packing = False
+  config_check.check_config(c)
+
+
+@pytest.mark.parametrize('fractions, message', [
+    ((0.0, 0.5), r'must be numbers in \(0, 1\]'),
+    ((0.5, 1.5), r'must be numbers in \(0, 1\]'),
+    ((0.5, 0.25), 'must be strictly increasing'),
+    ((0.5, 0.5), 'must be strictly increasing'),
+])
+def test_eval_budget_fractions_are_checked(fractions, message):
+  c = default_config.get_config()
+  c.train.flops_budget = 1e12
+  c.eval.at_budget_fractions = fractions
+  with pytest.raises(ValueError, match=message):
+    config_check.check_config(c)
+  c.eval.at_budget_fractions = (0.25, 0.5, 1.0)
   config_check.check_config(c)
