@@ -161,26 +161,21 @@ def test_compare_smoke_writes_every_field(tmp_path):
 # The protocol's statistics on hand-made curves
 
 
-def test_first_reach_needs_confirmation_and_is_inf_when_never():
+def test_first_reach_is_where_the_curve_reaches_and_holds_the_target():
   grid = np.arange(6.0)
-  # Crosses 0.5 between 2 (0.4) and 3 (0.6): at 2.5; the dip at 2 voids the crossing at 1.
+  # Crosses 0.5 between 2 (0.4) and 3 (0.6): at 2.5; the bump at 1 fell back, so it does not count.
   assert compare.first_reach(grid, np.array([0, .6, .4, .6, .7, .8]), 0.5) == pytest.approx(2.5)
-  # The last point needs no confirmation: 4 + 0.5 / 0.9 of the way to 5.
+  # Reached at the last point only: 4 + 0.5 / 0.9 of the way to 5.
   assert compare.first_reach(grid, np.array([0, 0, 0, 0, 0, .9]), 0.5) == pytest.approx(4 + 5 / 9)
   assert compare.first_reach(grid, np.zeros(6), 0.5) == float('inf')
+  # Ends below the target: never, however long it was above before.
+  assert compare.first_reach(grid, np.array([0, .6, .6, .6, .6, .4]), 0.5) == float('inf')
   # Nothing defined before: no interpolation, the grid point itself.
   assert compare.first_reach(grid, np.array([0, np.nan, .6, .6, .6, .6]), 0.5) == 2.0
   assert compare.first_reach(grid, np.full(6, .7), 0.5) == 0.0
-
-
-def test_first_reach_confirms_over_its_span_not_just_the_next_point():
-  grid = np.arange(11.0)
-  curve = np.array([0, .6, .6, .4, .6, .6, .6, .6, .6, .6, .6])  # dips at 3
-  # Span 1.25: from 1 the confirmation needs only the next point (2); crossing at 0.5/0.6.
-  assert compare.first_reach(grid, curve, 0.5, confirm_span=1.25) == pytest.approx(5 / 6)
-  # Span 3.5: from 1 (up to 3.5) and from 2 (up to 7) the dip at 3 voids the crossing; from
-  # 4 it holds, interpolated from 3's 0.4: 3.5.
-  assert compare.first_reach(grid, curve, 0.5, confirm_span=3.5) == pytest.approx(3.5)
+  # A late dip moves the crossing past it: 7 + 0.1 / 0.2.
+  curve = np.array([0, .6, .6, .6, .6, .6, .6, .4, .6, .6, .6])
+  assert compare.first_reach(np.arange(11.0), curve, 0.5) == pytest.approx(7.5)
 
 
 def test_grid_is_log_spaced_from_a_fraction_of_the_budget_to_the_budget():
