@@ -665,7 +665,7 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument('--observe-fraction', type=float, default=0.3)
   parser.add_argument('--out', type=Path, default=DEFAULT_OUT)
   parser.add_argument('--stem', default=STEM,
-                      help='file name of the report: OUT/STEM.{md,json}, plots under OUT/plots/STEM/')
+                      help='report name: OUT/STEM.{md,json}, plots under OUT/plots/STEM/')
   parser.add_argument('--write-calibration', action='store_true',
                       help=f'also write the CLI calibration set to {CALIBRATION_PATH}')
   parser.add_argument('--transfer', nargs='+', type=Path, default=[], metavar='RUN_DIR',

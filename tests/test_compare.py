@@ -73,8 +73,9 @@ def test_flops_budget_stops_the_loop(tmp_path):
 
 
 def test_eval_due_at_every_steps_and_at_each_budget_fraction_crossed():
-  due = lambda step, before, after: train.eval_due(step, 5, (0.1, 0.2, 0.25, 1.0), 100.0,  # noqa: E731
-                                                   before, after)
+  def due(step, before, after):
+    return train.eval_due(step, 5, (0.1, 0.2, 0.25, 1.0), 100.0, before, after)
+
   assert due(5, 0.0, 1.0)  # every_steps
   assert not due(1, 0.0, 9.9)
   assert due(2, 9.9, 10.0)  # reaches 10% exactly
@@ -270,6 +271,12 @@ def test_analyse_regime_on_hand_made_runs(tmp_path):
   assert a['fast']['final_accuracy']['mean'] == pytest.approx(1.2)
   assert a['fast']['wall_ratio_vs_grpo'] == pytest.approx(2.0)
   assert a['grpo']['auc'] == pytest.approx(0.45)
+  # At DAPO's final accuracy (0.95): DAPO reaches it at the budget, 'fast' at 75 FLOPs.
+  bar = a['fast']['at_dapo_final']
+  assert bar['target_accuracy'] == pytest.approx(0.95)
+  assert bar['flops_to_target']['mean'] == pytest.approx(75.0)
+  assert bar['ratio_vs_dapo']['point'] == pytest.approx(100.0 / 75.0)
+  assert a['grpo']['at_dapo_final']['flops_to_target']['mean'] is None  # never gets there
 
 
 def test_arms_and_seed_parsing():
