@@ -65,7 +65,8 @@ TARGET_SHARE_OVER_MAX = 0.05
 # Final-value windows compared in the definition check (fractions of the run's steps).
 FINAL_WINDOWS = (0.05, 0.10)
 # What the trainer uses by default (configs: train.early_stop); scored in sample too.
-DEFAULT_TREND = dict(min_fraction=0.5, window_fraction=0.3, epsilon=0.01)
+DEFAULT_TREND = dict(min_fraction=0.5, window_fraction=0.3, epsilon=0.04, confirm_evals=1,
+                     peak_tolerance=0.01)
 
 
 def regime_and_group(run_dir: Path) -> tuple[str, str, str]:
