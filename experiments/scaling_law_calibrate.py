@@ -521,9 +521,9 @@ def write_report(result: dict[str, Any], out: Path, stem: str = STEM) -> Path:
                    f"{_fmt(row['flat'])} | {_fmt(row['predicted'])} | {_fmt(row['interval'])} | "
                    f"{_fmt(row['actual'])} | {_fmt(row['err'])} | {row['calibration']} |")
   lines += ['', '## Definition of "final" (eval_accuracy)', '',
-            'The final value is the mean of the readings in the last 5% of the run. With evals '
-            'every 10-12 steps that window holds one reading in some runs and two in others. '
-            'A window of 10% holds two readings in every run; both are scored here (flat and '
+            'The final value is the mean of the readings in the last 5% of the run; how many '
+            'readings that window holds depends on the run\'s eval cadence (counted below). '
+            'The 5% and 10% windows are both scored here (flat and '
             f'`{DEFAULT_PREDICTOR}`, leave-one-run-out).', '',
             '| final window | runs | readings in window (min-max) | runs with one reading | '
             f'flat |err| | {DEFAULT_PREDICTOR} |err| | {DEFAULT_PREDICTOR} cover |',
