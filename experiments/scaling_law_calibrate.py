@@ -67,6 +67,10 @@ FINAL_WINDOWS = (0.05, 0.10)
 # What the trainer uses by default (configs: train.early_stop); scored in sample too.
 DEFAULT_TREND = dict(min_fraction=0.5, window_fraction=0.3, epsilon=0.04, confirm_evals=1,
                      peak_tolerance=0.01)
+# Eval spacings (fractions of the run between readings) the default rule is also replayed
+# at, on each run's readings thinned to that cadence: the README run evaluates every 25 of
+# its 300 steps (1/12); the comparison runs every 5% past the first 20%.
+CADENCES = (0.05, 1 / 12, 0.1)
 
 
 def regime_and_group(run_dir: Path) -> tuple[str, str, str]:
@@ -266,13 +270,52 @@ def definition_check(runs: list[dict[str, Any]], fraction: float,
   return out
 
 
-def stop_outcome(run: RunRecord, setting: dict[str, float]) -> dict[str, Any]:
-  stop = trend_stop_step(run.steps, run.values, run.total_steps, **setting)
+def stop_outcome(run: RunRecord, setting: dict[str, float],
+                 readings: RunRecord | None = None) -> dict[str, Any]:
+  """The rule replayed on `readings` (default: the run's own evals), scored against the
+  run's actual final value (from all its readings)."""
+  seen = run if readings is None else readings
+  stop = trend_stop_step(seen.steps, seen.values, seen.total_steps, **setting)
   if stop is None:
     return {'stop_step': None, 'saved': 0.0, 'loss': 0.0}
-  at_stop = float(run.values[run.steps == stop][-1])
+  at_stop = float(seen.values[seen.steps == stop][-1])
   return {'stop_step': stop, 'saved': 1 - stop / run.total_steps,
           'loss': run.actual_final - at_stop}
+
+
+def thin_readings(run: RunRecord, spacing: float) -> RunRecord:
+  """The run as if it had been evaluated every `spacing` of its steps: its first reading,
+  then at each multiple of spacing·total_steps the first reading at or after it (each reading
+  used once), as a trainer with `eval.every_steps` = spacing·total_steps would log them."""
+  if not 0 < spacing < 1:
+    raise ValueError(f'spacing={spacing} must be a fraction of the run in (0, 1)')
+  keep = [0]
+  for k in range(1, int(np.floor(1 / spacing + 1e-9)) + 1):
+    after = np.flatnonzero(run.steps >= k * spacing * run.total_steps - 1e-9)
+    if after.size and after[0] > keep[-1]:
+      keep.append(int(after[0]))
+  idx = np.array(keep)
+  return dataclasses.replace(run, steps=run.steps[idx], values=run.values[idx],
+                             flops_total=run.flops_total[idx] if run.flops_total.size ==
+                             run.steps.size else run.flops_total)
+
+
+def cadence_study(evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  """The default setting replayed at each of CADENCES (readings thinned), on every run."""
+  rows = []
+  for spacing in CADENCES:
+    outcomes = []
+    for run in evals:
+      thinned = thin_readings(run['eval'], spacing)
+      outcomes.append(dict(stop_outcome(run['eval'], DEFAULT_TREND, thinned),
+                           run=run['name'], readings=int(thinned.steps.size)))
+    rows.append({'spacing': spacing, **summarise_stops(outcomes),
+                 'readings_min': min(o['readings'] for o in outcomes),
+                 'readings_max': max(o['readings'] for o in outcomes),
+                 'meets': meets(summarise_stops(outcomes))
+                 and summarise_stops(outcomes)['saved_mean'] >= TARGET_SAVED,
+                 'outcomes': outcomes})
+  return rows
 
 
 def summarise_stops(outcomes: list[dict[str, Any]]) -> dict[str, float]:
@@ -359,6 +402,7 @@ def early_stop_study(runs: list[dict[str, Any]]) -> dict[str, Any]:
           'held_out_mean_only': held_out_mean,
           'held_out_mean_only_summary': summarise_stops(held_out_mean) if held_out_mean else {},
           'default': DEFAULT_TREND, 'default_outcomes': default_outcomes,
+          'cadences': cadence_study(evals),
           'default_summary': summarise_stops(default_outcomes) if default_outcomes else {},
           'reading_noise_median': sigma, 'noise_worst_loss': float(noise_worst)}
 
@@ -593,6 +637,18 @@ def write_report(result: dict[str, Any], out: Path, stem: str = STEM) -> Path:
               f"{s['n']}, saved {s['saved_mean']:.1%}, mean loss {s['loss_mean'] * 100:.2f} "
               f"points, {s['share_over_max']:.1%} of runs lose > "
               f"{TARGET_MAX_LOSS * 100:.0f} points, worst {s['loss_max'] * 100:.2f} points."]
+  if stop.get('cadences'):
+    lines += ['', 'The default setting at coarser eval cadences (each run\'s readings thinned to '
+              'one every `spacing` of its steps, scored against the same actual final):', '',
+              '| spacing | readings per run | stopped | saved | mean loss (pt) | '
+              'runs losing > 3 pt | worst loss (pt) | meets targets |',
+              '|---|---|---|---|---|---|---|---|']
+    for row in stop['cadences']:
+      lines.append(f"| {row['spacing']:.3f} | {row['readings_min']}-{row['readings_max']} | "
+                   f"{row['stopped']}/{row['n']} | {row['saved_mean']:.1%} | "
+                   f"{row['loss_mean'] * 100:.2f} | {row['share_over_max']:.1%} | "
+                   f"{row['loss_max'] * 100:.2f} | {_fmt(row['meets'])} |")
+    lines.append('')
   if stop['oracle_worst_loss'] is not None:
     lines += ['- Oracle that saves >= '
               f"{TARGET_SAVED:.0%} in every run by stopping at its best such eval (knowing the "

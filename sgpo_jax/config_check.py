@@ -111,6 +111,9 @@ def check_sgpo_bayes(s: Mapping[str, Any]) -> None:
   _require(0.0 <= s['revisit_floor'] <= s['revisit_base'] <= 1.0,
            f"need 0 <= sgpo_bayes.revisit_floor ({s['revisit_floor']}) <= "
            f"sgpo_bayes.revisit_base ({s['revisit_base']}) <= 1.")
+  _require(s['skip_side'] in ('both', 'easy'),
+           f"sgpo_bayes.skip_side={s['skip_side']!r} must be 'both' (deprioritise confidently "
+           "trivial and unsolved prompts) or 'easy' (trivial ones only).")
   for flag in ('post_filter', 'profile', 'reshuffle', 'decay_by_passes', 'top_up_revisits'):
     _require(isinstance(s[flag], bool),
              f'sgpo_bayes.{flag}={s[flag]!r} must be True or False.')

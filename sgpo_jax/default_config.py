@@ -195,6 +195,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # True: an epoch with fewer candidates than a round looks at also revisits the deprioritised
   # prompts with the fewest all-equal groups in a row; False: only the random revisits.
   c.sgpo_bayes.top_up_revisits = True
+  # both: a low P_inf deprioritises a prompt on either tail; easy: only a mostly-solved one
+  # (posterior mean >= 1/2), a hard prompt with rare successes stays a candidate.
+  c.sgpo_bayes.skip_side = 'both'
 
   c.grpo = ml_collections.ConfigDict()
   c.grpo.group_size = 8

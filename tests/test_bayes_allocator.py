@@ -383,3 +383,24 @@ def test_revisit_evidence_decays_per_epoch_or_per_pool_pass(decay_by_passes, exp
   assert st.revisits == 16
   np.testing.assert_allclose(st.alpha, expected_alpha)
   np.testing.assert_allclose(st.beta, 0.5)
+
+
+@pytest.mark.parametrize('skip_side', ['both', 'easy'])
+def test_skip_side_easy_deprioritises_only_mostly_solved_prompts(skip_side):
+  alloc = make(num_queries=8, rows=8, profile=False, skip_side=skip_side, evidence_decay=1.0)
+  st = alloc.state
+  st.status[[1, 2]] = CANDIDATE
+  plan = allocators.BatchPlan(np.array([1, 2]), np.array([4, 4], np.int32), 'bayes')
+  layout = plan.rows(8)
+  # Two all-equal groups each (no decay): prompt 1 always solved -> Beta(8.5, 0.5), prompt 2
+  # never -> Beta(0.5, 8.5); both have P_inf(4) = 0.179 < floor 0.25.
+  for _ in range(2):
+    st.served[:] = False
+    alloc.observe(plan, np.array([1, 1, 1, 1, 0, 0, 0, 0], np.float32), layout, free_rows=8)
+  assert (st.alpha[1], st.beta[1]) == (8.5, 0.5) and (st.alpha[2], st.beta[2]) == (0.5, 8.5)
+  assert alloc.informative([1, 2]) == pytest.approx([0.179] * 2, abs=5e-4)
+  assert st.status[1] == DEPRIORITISED
+  # 'easy': the unsolved prompt (posterior mean 0.056 < 1/2) stays a candidate.
+  assert st.status[2] == (DEPRIORITISED if skip_side == 'both' else CANDIDATE)
+  with pytest.raises(ValueError, match="skip_side='hard'"):
+    BayesSettings(skip_side='hard')

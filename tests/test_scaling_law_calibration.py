@@ -477,3 +477,51 @@ def test_shipped_calibration_set_gives_finite_intervals_for_each_metric():
     assert result.n_calibration == len(records) - 1  # the run itself is left out
     assert math.isfinite(result.half_width)
     assert result.interval[0] <= result.predicted_final <= result.interval[1]
+
+
+def _calibrate_script():
+  import importlib
+  import os
+  import sys
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), 'experiments'))
+  return importlib.import_module('scaling_law_calibrate')
+
+
+def _record(steps, values, total_steps):
+  from pathlib import Path
+
+  from sgpo_jax.scaling_law.runs import RunRecord
+  steps = np.asarray(steps, float)
+  return RunRecord(run_dir=Path('.'), name='r', model='m', params_nonembed=None,
+                   total_steps=total_steps, metric='eval_accuracy', steps=steps,
+                   values=np.asarray(values, float), flops_total=steps * 10.0)
+
+
+def test_thinned_readings_keep_the_first_reading_at_or_after_each_multiple():
+  calibrate = _calibrate_script()
+  # Readings at 0, 3, 5, 9, 10, 14, 20 of a 20-step run, thinned to every quarter (5 steps):
+  # 0, then the first at/after 5 (5), 10 (10), 15 (20) and 20 (20 again: used once).
+  run = _record([0, 3, 5, 9, 10, 14, 20], [.1, .2, .3, .4, .5, .6, .7], 20)
+  thin = calibrate.thin_readings(run, 0.25)
+  np.testing.assert_array_equal(thin.steps, [0, 5, 10, 20])
+  np.testing.assert_array_equal(thin.values, [.1, .3, .5, .7])
+  np.testing.assert_array_equal(thin.flops_total, [0, 50, 100, 200])
+  with pytest.raises(ValueError, match='spacing=1.0'):
+    calibrate.thin_readings(run, 1.0)
+
+
+def test_a_stop_on_thinned_readings_is_scored_against_the_full_runs_final():
+  calibrate = _calibrate_script()
+  # A flat run at 0.70 with a final window (last 5% = step 19-20) reading 0.74: the rule
+  # (window 0.3, epsilon 0.04, from half the run) stops at step 10 on the thinned readings,
+  # and the loss is the full run's final (0.74) minus the reading there (0.70).
+  steps = np.arange(21)
+  values = np.full(21, 0.70)
+  values[19:] = 0.74
+  run = _record(steps, values, 20)
+  setting = dict(min_fraction=0.5, window_fraction=0.3, epsilon=0.04, confirm_evals=1,
+                 peak_tolerance=None)
+  outcome = calibrate.stop_outcome(run, setting, calibrate.thin_readings(run, 0.1))
+  assert outcome['stop_step'] == 10
+  assert outcome['saved'] == pytest.approx(0.5)
+  assert outcome['loss'] == pytest.approx(0.04)

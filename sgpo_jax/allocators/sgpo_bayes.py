@@ -100,6 +100,7 @@ class BayesSettings:
   reshuffle: bool = True
   decay_by_passes: bool = False
   top_up_revisits: bool = True
+  skip_side: str = 'both'
 
   def __post_init__(self) -> None:
     config_check.check_sgpo_bayes(dataclasses.asdict(self))
@@ -182,6 +183,15 @@ class BayesAllocator(Allocator):
     idx = slice(None) if query_index is None else np.asarray(query_index)
     return bayes.informative_probability(s.alpha[idx], s.beta[idx], group_size or self.min_g)
 
+  def skippable(self, q: int) -> bool:
+    """Whether prompt q may be deprioritised on a low P_inf (skip_side='both': either tail;
+    'easy': only when its posterior mean success rate is >= 1/2, so a hard prompt with rare
+    successes stays a candidate: held-out accuracy grows where the policy still fails)."""
+    if self.settings.skip_side == 'both':
+      return True
+    st = self.state
+    return bool(st.alpha[q] >= st.beta[q])
+
   def _observe_samples(self, query_R: np.ndarray, success_R: np.ndarray,
                        decay: float) -> None:
     """Posterior update from a set of samples: per prompt, decay once, add its counts."""
@@ -258,7 +268,7 @@ class BayesAllocator(Allocator):
       if decision == 'sample':
         still.append(q)
         continue
-      back = decision != 'skip'
+      back = decision != 'skip' or not self.skippable(q)
       if st.skips[q] > 0:  # a revisit probe
         st.revisits_back += int(back)
       if back:
@@ -464,7 +474,8 @@ class BayesAllocator(Allocator):
       else:
         st.overflow_groups += 1
       st.dropped_groups += int(free_rows is not None and not informative)
-      if self.informative([q])[0] < cfg.informative_floor and st.status[q] == CANDIDATE:
+      if (self.informative([q])[0] < cfg.informative_floor and st.status[q] == CANDIDATE
+          and self.skippable(q)):
         st.status[q] = DEPRIORITISED
         st.skips[q] = max(int(st.skips[q]), 1)
         st.served[q] = True  # an overflow prompt deprioritised here leaves the epoch too
