@@ -75,6 +75,9 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     'greso': ('greso', {}),
     'knapsack': ('knapsack', {}),
     'sgpo_bayes': ('sgpo_bayes', {}),  # beyond the paper (issue 15)
+    # Its ablation: the earlier default floor, which deprioritises a prompt after two
+    # all-equal groups in a row (revisited GRESO-style).
+    'sgpo_bayes_floor25': ('sgpo_bayes', {'sgpo_bayes.informative_floor': 0.25}),
     # Control for sgpo_bayes: DAPO at the group size its posterior mostly picks.
     'dapo_g4': ('dapo', {'dapo.group_size': 4}),
 }
@@ -85,10 +88,13 @@ ARM_NOTES = {
     'sgpo_g48_k2': 'sGPO, best variant so far (profile k=2, G in {4,8})',
     'greso': 'GRESO: DAPO rounds that skip likely-zero-variance prompts before rollout',
     'knapsack': 'Knapsack RL: per-step G in [2,64] from past success rates, same R rows',
-    'sgpo_bayes': ('sGPO beyond the paper: Beta posterior per prompt from a lazy adaptive '
-                   'profile and every rollout, G by expected informative groups per row, '
-                   'all-equal groups dropped after rollout and refilled while a refill lowers '
-                   'the FLOPs per informative row, GRESO-style revisit probes'),
+    'sgpo_bayes': ('sGPO beyond the paper: Beta posterior per prompt from every rollout '
+                   '(old evidence decayed), G in {4, 8} by expected informative groups per '
+                   'row, all-equal groups dropped after rollout and refilled (up to 4 '
+                   'rounds), every prompt kept in a reshuffled epoch walk (floor 0.1)'),
+    'sgpo_bayes_floor25': ('sgpo_bayes with floor 0.25: a prompt is deprioritised after two '
+                           'all-equal groups in a row and revisited GRESO-style (the '
+                           'default before this sweep)'),
     'dapo_g4': 'DAPO at G=4 (control: the group size sgpo_bayes mostly picks)',
 }
 

@@ -43,7 +43,9 @@ def plan_of(filled):
 
 
 def make(num_queries=32, rows=16, **overrides):
-  settings = BayesSettings(**{'window': 8, **overrides})
+  # Floor 0.25 (the pre-0.2 default): these tests exercise deprioritising and revisits, which
+  # the default floor 0.1 almost never triggers (see the test of the default below).
+  settings = BayesSettings(**{'window': 8, 'informative_floor': 0.25, **overrides})
   return BayesAllocator(num_queries, rows, settings, seed=3)
 
 
@@ -306,10 +308,10 @@ def test_revisit_without_profile_is_a_training_group_and_counts_back_when_inform
 
 
 def test_floor_must_be_below_an_unseen_prompts_informative_probability():
-  # Jeffreys prior, G = 2: P_inf = 1 - 2 * (0.5 * 1.5) / (1 * 2) = 0.25; the default floor
-  # 0.25 would deprioritise a prompt after a single all-equal pair.
+  # Jeffreys prior, G = 2: P_inf = 1 - 2 * (0.5 * 1.5) / (1 * 2) = 0.25; a floor of 0.25
+  # would deprioritise a prompt after a single all-equal pair.
   with pytest.raises(ValueError, match=r'informative_floor=0.25 must be below 0.250'):
-    BayesSettings(group_sizes=(2, 4, 8))
+    BayesSettings(group_sizes=(2, 4, 8), informative_floor=0.25)
   assert BayesSettings(group_sizes=(2, 4, 8), informative_floor=0.2).group_sizes == (2, 4, 8)
   # G = 4: 0.453 (the default sizes are fine).
   with pytest.raises(ValueError, match=r'below 0.453'):
@@ -404,3 +406,21 @@ def test_skip_side_easy_deprioritises_only_mostly_solved_prompts(skip_side):
   assert st.status[2] == (DEPRIORITISED if skip_side == 'both' else CANDIDATE)
   with pytest.raises(ValueError, match="skip_side='hard'"):
     BayesSettings(skip_side='hard')
+
+
+def test_default_floor_keeps_a_prompt_of_any_all_equal_streak_in_the_walk():
+  # Default floor 0.1, evidence_decay 0.5: a run of all-equal G=4 groups converges to
+  # Beta(0.5 + 4 / (1 - 0.5), 0.5) = Beta(8.5, 0.5), P_inf(4) = 1 - (8.5*9.5*10.5*11.5 +
+  # .5*1.5*2.5*3.5) / (9*10*11*12) = 0.179 > 0.1: never deprioritised.
+  assert BayesSettings().informative_floor == 0.1
+  alloc = BayesAllocator(8, 8, BayesSettings(window=8), seed=3)
+  st = alloc.state
+  st.status[1] = CANDIDATE
+  plan = allocators.BatchPlan(np.array([1]), np.array([4], np.int32), 'bayes')
+  for _ in range(30):
+    st.served[:] = False
+    alloc.observe(plan, np.ones(8, np.float32), plan.rows(8), free_rows=8)
+  assert st.alpha[1] == pytest.approx(8.5, abs=1e-6) and st.beta[1] == 0.5
+  assert alloc.informative([1])[0] == pytest.approx(
+      1 - (8.5 * 9.5 * 10.5 * 11.5 + 0.5 * 1.5 * 2.5 * 3.5) / (9 * 10 * 11 * 12), abs=1e-6)
+  assert st.status[1] == CANDIDATE and st.skips[1] == 30

@@ -24,8 +24,8 @@ What it does per RL batch (`fill_batch`), with the math in `bayes.py`:
    FLOPs per trained informative row (`bayes.refill_lowers_cost`, train_cost_per_row).
 4. Every rollout updates the prompt's posterior (old evidence decayed by evidence_decay,
    since the policy moves), dropped groups included; a prompt whose posterior P_inf(min G)
-   falls below informative_floor is deprioritised, its skip count = consecutive all-equal
-   groups.
+   falls below informative_floor is deprioritised (skip_side='easy': only if its posterior
+   mean is >= 1/2), its skip count = consecutive all-equal groups.
 5. Deprioritised prompts are not forgotten: at each epoch start each is drawn for a revisit
    with probability max(revisit_base**skips, revisit_floor) (GRESO's rule). A revisit is a
    cheap probe (profile=True: the same adaptive rounds as the profile, counted as
@@ -35,9 +35,15 @@ What it does per RL batch (`fill_batch`), with the math in `bayes.py`:
 No curriculum: candidates are taken in a fresh random order every epoch (reshuffle=True;
 False: the pool order every epoch); the measured sGPO curriculum made the eval curve swing
 with its phases (see the README's results).
-Defaults, as measured (experiments/results/compare_prelim_sgpo_bayes_v2/): post_filter on,
-profile off (with the post-filter a prompt's first group is the cheaper profile), refills
-always (train_cost_per_row = 0), informative_floor 0.25.
+Defaults, as measured (experiments/results/compare_prelim_sgpo_bayes_v2/ and
+compare_variants_bayes/): post_filter on, profile off (with the post-filter a prompt's first
+group is the cheaper profile), refills always (train_cost_per_row = 0, max_rounds 4: fewer
+rounds made cheaper steps that learned less per FLOP), informative_floor 0.1. At 0.1 (with
+evidence_decay 0.5) no run of all-equal G=4 groups takes a prompt below the floor, so every
+prompt stays in the epoch walk and steps 4-5 rarely fire: deprioritising (floor 0.25, arm
+sgpo_bayes_floor25) narrowed training to a few dozen prompts and lost 2-9 points of held-out
+accuracy late in paper_like and small_pool, because regressions on the easy prompts it had
+set aside went unseen (skip_side='easy', keeping the hard ones, lost most).
 
 Registered as `method=sgpo_bayes` (settings: config.sgpo_bayes). `fill_batch` calls the
 trainer's `rollout_fn` for every probe round (category 'profile') and every training round,
@@ -86,7 +92,7 @@ class BayesSettings:
   profile_max_samples: int = 4
   settle_high: float = 0.6
   settle_low: float = 0.35
-  informative_floor: float = 0.25
+  informative_floor: float = 0.1
   evidence_decay: float = 0.5
   window: int = 32
   revisit_base: float = 0.25
