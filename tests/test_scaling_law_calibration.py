@@ -487,7 +487,7 @@ def _calibrate_script():
   return importlib.import_module('scaling_law_calibrate')
 
 
-def _record(steps, values, total_steps):
+def _run_record(steps, values, total_steps):
   from pathlib import Path
 
   from sgpo_jax.scaling_law.runs import RunRecord
@@ -501,7 +501,7 @@ def test_thinned_readings_keep_the_first_reading_at_or_after_each_multiple():
   calibrate = _calibrate_script()
   # Readings at 0, 3, 5, 9, 10, 14, 20 of a 20-step run, thinned to every quarter (5 steps):
   # 0, then the first at/after 5 (5), 10 (10), 15 (20) and 20 (20 again: used once).
-  run = _record([0, 3, 5, 9, 10, 14, 20], [.1, .2, .3, .4, .5, .6, .7], 20)
+  run = _run_record([0, 3, 5, 9, 10, 14, 20], [.1, .2, .3, .4, .5, .6, .7], 20)
   thin = calibrate.thin_readings(run, 0.25)
   np.testing.assert_array_equal(thin.steps, [0, 5, 10, 20])
   np.testing.assert_array_equal(thin.values, [.1, .3, .5, .7])
@@ -518,7 +518,7 @@ def test_a_stop_on_thinned_readings_is_scored_against_the_full_runs_final():
   steps = np.arange(21)
   values = np.full(21, 0.70)
   values[19:] = 0.74
-  run = _record(steps, values, 20)
+  run = _run_record(steps, values, 20)
   setting = dict(min_fraction=0.5, window_fraction=0.3, epsilon=0.04, confirm_evals=1,
                  peak_tolerance=None)
   outcome = calibrate.stop_outcome(run, setting, calibrate.thin_readings(run, 0.1))
