@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from sgpo_jax import default_config
 from sgpo_jax.scaling_law.calibration import (
   DEFAULT_PREDICTOR,
   PREDICTORS,
@@ -64,9 +65,11 @@ TREND_GRID = [dict(min_fraction=m, window_fraction=w, epsilon=e, confirm_evals=k
 TARGET_SHARE_OVER_MAX = 0.05
 # Final-value windows compared in the definition check (fractions of the run's steps).
 FINAL_WINDOWS = (0.05, 0.10)
-# What the trainer uses by default (configs: train.early_stop); scored in sample too.
-DEFAULT_TREND = dict(min_fraction=0.5, window_fraction=0.3, epsilon=0.04, confirm_evals=1,
-                     peak_tolerance=0.01)
+# What the trainer uses by default (read from the config's train.early_stop, so the two
+# cannot drift apart); scored in sample too.
+DEFAULT_TREND = {key: default_config.get_config().train.early_stop[key]
+                 for key in ('min_fraction', 'window_fraction', 'epsilon', 'confirm_evals',
+                             'peak_tolerance')}
 # Eval spacings (fractions of the run between readings) the default rule is also replayed
 # at, on each run's readings thinned to that cadence: the README run evaluates every 25 of
 # its 300 steps (1/12); the comparison runs every 5% past the first 20%.
@@ -296,8 +299,7 @@ def thin_readings(run: RunRecord, spacing: float) -> RunRecord:
       keep.append(int(after[0]))
   idx = np.array(keep)
   return dataclasses.replace(run, steps=run.steps[idx], values=run.values[idx],
-                             flops_total=run.flops_total[idx] if run.flops_total.size ==
-                             run.steps.size else run.flops_total)
+                             flops_total=run.flops_total[idx])
 
 
 def cadence_study(evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -309,11 +311,11 @@ def cadence_study(evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
       thinned = thin_readings(run['eval'], spacing)
       outcomes.append(dict(stop_outcome(run['eval'], DEFAULT_TREND, thinned),
                            run=run['name'], readings=int(thinned.steps.size)))
-    rows.append({'spacing': spacing, **summarise_stops(outcomes),
+    summary = summarise_stops(outcomes)
+    rows.append({'spacing': spacing, **summary,
                  'readings_min': min(o['readings'] for o in outcomes),
                  'readings_max': max(o['readings'] for o in outcomes),
-                 'meets': meets(summarise_stops(outcomes))
-                 and summarise_stops(outcomes)['saved_mean'] >= TARGET_SAVED,
+                 'meets': meets(summary) and summary['saved_mean'] >= TARGET_SAVED,
                  'outcomes': outcomes})
   return rows
 
