@@ -80,6 +80,11 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     'sgpo_bayes_floor25': ('sgpo_bayes', {'sgpo_bayes.informative_floor': 0.25}),
     # Control for sgpo_bayes: DAPO at the group size its posterior mostly picks.
     'dapo_g4': ('dapo', {'dapo.group_size': 4}),
+    # sgpo_bayes with an empirical-Bayes prior per difficulty level and the prioritised
+    # window, and its ablation without the pooled prior (priority from own evidence only).
+    'sgpo_bayes_pooled': ('sgpo_bayes', {'sgpo_bayes.pooled_prior': 'difficulty',
+                                         'sgpo_bayes.prioritise': True}),
+    'sgpo_bayes_priority': ('sgpo_bayes', {'sgpo_bayes.prioritise': True}),
 }
 ARM_NOTES = {
     'grpo': 'GRPO, G=8 for every prompt',
@@ -96,6 +101,11 @@ ARM_NOTES = {
                            'all-equal groups in a row and revisited GRESO-style (the '
                            'default before this sweep)'),
     'dapo_g4': 'DAPO at G=4 (control: the group size sgpo_bayes mostly picks)',
+    'sgpo_bayes_pooled': ('sgpo_bayes with a prior shared per difficulty level (empirical '
+                          'Bayes from the rolled-out prompts of that level), each round '
+                          'taking the most promising ready prompts first'),
+    'sgpo_bayes_priority': ('sgpo_bayes_pooled without the shared prior: most promising '
+                            'first by each prompt\'s own evidence'),
 }
 
 # Smoke mode: the tiny model of tests/test_train.py, a few steps, one seed.

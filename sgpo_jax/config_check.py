@@ -114,7 +114,18 @@ def check_sgpo_bayes(s: Mapping[str, Any]) -> None:
   _require(s['skip_side'] in ('both', 'easy'),
            f"sgpo_bayes.skip_side={s['skip_side']!r} must be 'both' (deprioritise confidently "
            "trivial and unsolved prompts) or 'easy' (trivial ones only).")
-  for flag in ('post_filter', 'profile', 'reshuffle', 'decay_by_passes', 'top_up_revisits'):
+  _require(s['pooled_prior'] in ('none', 'difficulty', 'pool'),
+           f"sgpo_bayes.pooled_prior={s['pooled_prior']!r} must be 'none' (every prompt starts "
+           "at the prior), 'difficulty' (an empirical-Bayes prior per difficulty level of the "
+           "queries) or 'pool' (one over the whole pool).")
+  _require(s['pooled_prior_strength'] >= 0,
+           f"sgpo_bayes.pooled_prior_strength={s['pooled_prior_strength']} must be >= 0 (the "
+           'base prior counts as this many seen prompts in a stratum).')
+  _require(s['pooled_max_concentration'] >= 0.5,
+           f"sgpo_bayes.pooled_max_concentration={s['pooled_max_concentration']} must be >= "
+           '0.5 (how many samples a stratum prior may be worth at most, e.g. 8).')
+  for flag in ('post_filter', 'profile', 'reshuffle', 'decay_by_passes', 'top_up_revisits',
+               'prioritise'):
     _require(isinstance(s[flag], bool),
              f'sgpo_bayes.{flag}={s[flag]!r} must be True or False.')
   _require(isinstance(s['max_rounds'], int) and not isinstance(s['max_rounds'], bool)

@@ -192,6 +192,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # regimes). 0: refill up to max_rounds, DAPO's rule (measured no worse; the default).
   c.sgpo_bayes.train_cost_per_row = 0.0
   c.sgpo_bayes.reshuffle = True  # candidates in a fresh random order every epoch
+  # Empirical-Bayes prior shared by prompts with the same feature (bayes.pooled_prior):
+  # 'difficulty' (the queries' difficulty field), 'pool' (one for the whole pool) or 'none'
+  # (every prompt starts at Beta(prior_alpha, prior_beta)). A prompt nobody has rolled out
+  # then starts where its stratum's rolled-out prompts are; it orders and sizes groups and
+  # never deprioritises a prompt (informative_floor reads the prompt's own evidence).
+  c.sgpo_bayes.pooled_prior = 'none'
+  c.sgpo_bayes.pooled_prior_strength = 1.0  # the base prior counts as this many seen prompts
+  c.sgpo_bayes.pooled_max_concentration = 8.0  # a stratum prior is worth at most this many samples
+  # True: each round's G choice looks at the `window` ready candidates with the largest
+  # P_inf (ties in epoch order) instead of the next ones; every candidate is still served
+  # once per epoch, most promising first.
+  c.sgpo_bayes.prioritise = False
   # True: a revisited prompt's evidence decays by evidence_decay per pool pass of training
   # since the last draw, not once per epoch (epochs are a round or two when few prompts are
   # learnable; per-epoch decay then makes trivial prompts look uncertain again).

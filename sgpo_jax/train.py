@@ -279,7 +279,8 @@ def restore_or_init(su: Setup, show_progress: bool = True) -> RunState:
 
 def start_loop(su: Setup, rs: RunState) -> None:
   """Allocator (restored), metrics writer, initial eval and early stopper of the loop."""
-  rs.allocator = allocators_lib.make_allocator(su.config, len(su.train_queries), rs.allocation)
+  rs.allocator = allocators_lib.make_allocator(su.config, len(su.train_queries), rs.allocation,
+                                               [q.difficulty for q in su.train_queries])
   if 'allocator' in rs.meta:
     rs.allocator.load_state_dict(rs.meta['allocator'])
   rs.writer = metrics_lib.MetricsWriter(su.workdir, resume_step=rs.resumed_step)

@@ -122,3 +122,50 @@ def test_refill_lowers_cost_on_hand_computed_batches():
   assert bayes.refill_lowers_cost(0, 0.0, 3, 64, 3.0)
   with pytest.raises(ValueError, match='train_cost_per_row=-1'):
     bayes.refill_lowers_cost(1, 1.0, 1, 64, -1.0)
+
+
+def test_pooled_prior_of_an_unseen_stratum_is_the_base_prior_exactly():
+  a_S, b_S = bayes.pooled_prior([0.0, 3.0], [0.0, 1.0], [0, 1], 0.5, 0.5, 1.0, 8.0)
+  assert a_S[0] == 0.5 and b_S[0] == 0.5
+
+
+def test_pooled_prior_hand_computed():
+  # Two prompts at 3/4 each, no pseudo-prompt: mu = (6 + 0.5) / (8 + 1); their rates agree
+  # (spread 2 * 4 * (0.75 - mu)^2 < binomial noise 2 * mu (1 - mu)), so the between-prompt
+  # variance is clipped to the largest concentration: Beta(8 mu, 8 (1 - mu)).
+  mu = 6.5 / 9
+  a_S, b_S = bayes.pooled_prior([3, 3], [1, 1], [0, 0], 0.5, 0.5, 0.0, 8.0)
+  np.testing.assert_allclose([a_S[0], b_S[0]], [8 * mu, 8 * (1 - mu)], rtol=1e-12)
+  # One solved, one unsolved prompt: mu = 4.5 / 9 = 0.5, spread 4 * 0.25 * 2 = 2, noise
+  # 2 * 0.25 = 0.5, tau2 = 1.5 / 8 = 0.1875 > 0.25 / 1.5: clipped to concentration 0.5,
+  # a U-shaped Beta(0.25, 0.25).
+  a_S, b_S = bayes.pooled_prior([4, 0], [0, 4], [0, 0], 0.5, 0.5, 0.0, 8.0)
+  np.testing.assert_allclose([a_S[0], b_S[0]], [0.25, 0.25], rtol=1e-12)
+  # The first stratum again with one pseudo-prompt of Jeffreys (weights 2/3, 1/3): first
+  # moment 2/3 mu + 1/3 * 0.5; second 2/3 * mu (8 mu + 1) / 9 + 1/3 * 0.375.
+  m1 = 2 / 3 * mu + 1 / 3 * 0.5
+  m2 = 2 / 3 * mu * (8 * mu + 1) / 9 + 1 / 3 * 0.375
+  conc = m1 * (1 - m1) / (m2 - m1 ** 2) - 1
+  a_S, b_S = bayes.pooled_prior([3, 3], [1, 1], [0, 0], 0.5, 0.5, 1.0, 8.0)
+  np.testing.assert_allclose([a_S[0], b_S[0]], [conc * m1, conc * (1 - m1)], rtol=1e-12)
+  assert conc == pytest.approx(2.3785, abs=1e-4)
+
+
+def test_pooled_prior_ranks_a_level_with_informative_prompts_above_a_solved_one():
+  # Level 0: 20 prompts 4/4 and 2 at 2/4 (mostly trivial); level 1: 14 at 0/4 and 6 at 2/4
+  # (mostly unsolved, a few learnable). An unseen prompt of level 1 is the better bet.
+  s = np.r_[[4] * 20, [2] * 2, [0] * 14, [2] * 6]
+  f = np.r_[[0] * 20, [2] * 2, [4] * 14, [2] * 6]
+  a_S, b_S = bayes.pooled_prior(s, f, np.r_[[0] * 22, [1] * 20], 0.5, 0.5, 1.0, 8.0)
+  p_inf = bayes.informative_probability(a_S, b_S, 4)
+  assert a_S[0] / (a_S[0] + b_S[0]) > 0.9 and a_S[1] / (a_S[1] + b_S[1]) < 0.25
+  assert p_inf[1] > p_inf[0] + 0.2
+
+
+def test_pooled_prior_rejects_bad_input():
+  with pytest.raises(ValueError, match='one entry per prompt'):
+    bayes.pooled_prior([1, 2], [0], [0, 0], 0.5, 0.5, 1.0, 8.0)
+  with pytest.raises(ValueError, match='pooled_max_concentration'):
+    bayes.pooled_prior([1], [0], [0], 0.5, 0.5, 1.0, 0.1)
+  with pytest.raises(ValueError, match='stratum ids'):
+    bayes.pooled_prior([1], [0], [-1], 0.5, 0.5, 1.0, 8.0)

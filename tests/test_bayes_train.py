@@ -8,9 +8,13 @@ import pytest
 from tests import test_train
 from tests.test_train import read_jsonl
 
-# profile=True (not the default) so the run has probe rounds as well as refill rounds.
+# profile=True (not the default) so the run has probe rounds as well as refill rounds; the
+# pooled prior over the queries' difficulty and the prioritised window (not the default
+# either) so the trainer's strata reach the allocator and resume exactly with them.
 BAYES_ARGS = ('--config.method=sgpo_bayes', '--config.sgpo_bayes.window=4',
-              '--config.sgpo_bayes.profile=True')
+              '--config.sgpo_bayes.profile=True',
+              '--config.sgpo_bayes.pooled_prior=difficulty',
+              '--config.sgpo_bayes.prioritise=True')
 
 
 def _run_main(workdir, kill_after_step=None, steps=6):

@@ -135,6 +135,9 @@ class Allocator(abc.ABC):
   # True: the trainer profiles the pool under the initial policy first and passes the
   # resulting `sgpo.Allocation` to `from_config` (and logs p_hat per batch).
   needs_profile: ClassVar[bool] = False
+  # True: `from_config` also takes `strata`, one feature value per training query (its
+  # `difficulty`, None where it has none), for priors shared across similar prompts.
+  uses_strata: ClassVar[bool] = False
 
   num_queries: int
   seed: int
@@ -262,6 +265,11 @@ def allocator_class(method: str) -> type[Allocator]:
   return _REGISTRY[method]
 
 
-def make_allocator(config: Any, num_queries: int, profile: Any = None) -> Allocator:
-  """The allocator registered under config.method, built from the run config."""
-  return allocator_class(config.method).from_config(config, num_queries, profile)
+def make_allocator(config: Any, num_queries: int, profile: Any = None,
+                   strata: Any = None) -> Allocator:
+  """The allocator registered under config.method, built from the run config (`strata`, the
+  queries' difficulty values, reach only allocators with uses_strata)."""
+  cls = allocator_class(config.method)
+  if cls.uses_strata:
+    return cls.from_config(config, num_queries, profile, strata=strata)
+  return cls.from_config(config, num_queries, profile)

@@ -107,6 +107,10 @@ class BayesSettings:
   decay_by_passes: bool = False
   top_up_revisits: bool = True
   skip_side: str = 'both'
+  pooled_prior: str = 'none'
+  pooled_prior_strength: float = 1.0
+  pooled_max_concentration: float = 8.0
+  prioritise: bool = False
 
   def __post_init__(self) -> None:
     config_check.check_sgpo_bayes(dataclasses.asdict(self))
@@ -155,10 +159,13 @@ class BayesState:
 @register_allocator('sgpo_bayes')
 class BayesAllocator(Allocator):
 
+  uses_strata = True
+
   def __init__(self, num_queries: int, rows_per_batch: int, settings: BayesSettings,
-               seed: int = 0):
+               seed: int = 0, strata: Any = None):
     if num_queries < 1:
       raise ValueError(f'num_queries={num_queries}: the training pool is empty')
+    self.stratum_Q = self._strata(settings.pooled_prior, strata, int(num_queries))
     sgpo_lib.validate_rows_per_batch(rows_per_batch, settings.group_sizes)
     self.num_queries = int(num_queries)
     self.rows_per_batch = int(rows_per_batch)
@@ -176,18 +183,61 @@ class BayesAllocator(Allocator):
         revisit_base=settings.revisit_base)
 
   @classmethod
-  def from_config(cls, config: Any, num_queries: int, profile: Any = None) -> BayesAllocator:
+  def from_config(cls, config: Any, num_queries: int, profile: Any = None,
+                  strata: Any = None) -> BayesAllocator:
     del profile  # it profiles lazily itself, through rollout_fn
     return cls(num_queries, int(config.train.rows_per_batch),
-               BayesSettings.from_config(config.sgpo_bayes), int(config.seed))
+               BayesSettings.from_config(config.sgpo_bayes), int(config.seed), strata)
+
+  @staticmethod
+  def _strata(mode: str, strata: Any, num_queries: int) -> np.ndarray | None:
+    """int64 [Q] stratum ids 0..S-1 for pooled_prior, None when it is 'none'.
+
+    'pool': one stratum. 'difficulty': one per distinct value of `strata` (the queries'
+    `difficulty` field; queries without one, None, share a stratum of their own)."""
+    if mode == 'none':
+      return None
+    if mode == 'pool':
+      return np.zeros(num_queries, np.int64)
+    values = list(strata) if strata is not None else []
+    if len(values) != num_queries:
+      raise ValueError(f"sgpo_bayes.pooled_prior='difficulty' needs one difficulty per "
+                       f'training query ({num_queries}); got {len(values)}')
+    if all(v is None for v in values):
+      raise ValueError("sgpo_bayes.pooled_prior='difficulty' but no training query has a "
+                       "difficulty (add a 'difficulty' column to the data, or set "
+                       "sgpo_bayes.pooled_prior='pool' to pool over the whole pool)")
+    keys = sorted({v for v in values if v is not None})
+    index = {v: i for i, v in enumerate(keys)}
+    return np.array([index[v] if v is not None else len(keys) for v in values], np.int64)
 
   # -- posterior ------------------------------------------------------------------------
 
+  def posterior(self) -> tuple[np.ndarray, np.ndarray]:
+    """float64 [Q] (a, b) the decisions use: each prompt's own posterior, or with
+    pooled_prior its evidence on top of its stratum's empirical-Bayes prior
+    (`bayes.pooled_prior`), so a prompt nobody has rolled out starts where its stratum is.
+    The informative_floor (deprioritising) always reads the own posterior (state.alpha,
+    state.beta): a pooled prior orders and sizes groups, it never takes a prompt out."""
+    st, cfg = self.state, self.settings
+    if self.stratum_Q is None:
+      return st.alpha, st.beta
+    succ_Q, fail_Q = st.alpha - cfg.prior_alpha, st.beta - cfg.prior_beta
+    a_S, b_S = bayes.pooled_prior(succ_Q, fail_Q, self.stratum_Q, cfg.prior_alpha,
+                                  cfg.prior_beta, cfg.pooled_prior_strength,
+                                  cfg.pooled_max_concentration)
+    return a_S[self.stratum_Q] + succ_Q, b_S[self.stratum_Q] + fail_Q
+
   def informative(self, query_index: np.ndarray | None = None,
                   group_size: int | None = None) -> np.ndarray:
-    s = self.state
+    a_Q, b_Q = self.posterior()
     idx = slice(None) if query_index is None else np.asarray(query_index)
-    return bayes.informative_probability(s.alpha[idx], s.beta[idx], group_size or self.min_g)
+    return bayes.informative_probability(a_Q[idx], b_Q[idx], group_size or self.min_g)
+
+  def own_informative(self, q: int) -> float:
+    """P_inf(min G) of prompt q's own posterior (what informative_floor is compared to)."""
+    st = self.state
+    return float(bayes.informative_probability(st.alpha[q], st.beta[q], self.min_g))
 
   def skippable(self, q: int) -> bool:
     """Whether prompt q may be deprioritised on a low P_inf (skip_side='both': either tail;
@@ -364,7 +414,10 @@ class BayesAllocator(Allocator):
           self._probe_round(rollout_fn, next(round_index))
           continue
       elif st.frontier < self.num_queries:
-        self._take_unprofiled(need - len(st.candidates))
+        # prioritise: every prompt is a candidate from the start (taking one costs nothing
+        # with profile=False), so the ordering sees the whole pool.
+        self._take_unprofiled(self.num_queries if self.settings.prioritise
+                              else need - len(st.candidates))
         continue
       if st.candidates:
         return  # the epoch's last candidates
@@ -376,11 +429,22 @@ class BayesAllocator(Allocator):
       self._start_epoch()
       started = True
 
-  def _plan(self) -> BatchPlan:
-    """One training round: G for the next `window` candidates, R rows at most."""
+  def _window(self, a_Q: np.ndarray, b_Q: np.ndarray) -> np.ndarray:
+    """The candidates one round's G choice looks at: the next `window` in epoch order, or
+    (prioritise) the `window` with the largest P_inf(min G), ties in epoch order."""
     st, cfg = self.state, self.settings
-    window = np.array(st.candidates[:cfg.window], np.int64)
-    g_P = bayes.choose_group_sizes(st.alpha[window], st.beta[window], cfg.group_sizes,
+    cand = np.array(st.candidates, np.int64)
+    if not cfg.prioritise or cand.size <= cfg.window:
+      return cand[:cfg.window]
+    p_inf = bayes.informative_probability(a_Q[cand], b_Q[cand], self.min_g)
+    return cand[np.argsort(-p_inf, kind='stable')[:cfg.window]]
+
+  def _plan(self) -> BatchPlan:
+    """One training round: G for `window` candidates (`_window`), R rows at most."""
+    st, cfg = self.state, self.settings
+    a_Q, b_Q = self.posterior()
+    window = self._window(a_Q, b_Q)
+    g_P = bayes.choose_group_sizes(a_Q[window], b_Q[window], cfg.group_sizes,
                                    self.rows_per_batch, cfg.signal_exponent)
     if not g_P.any():  # every option below the floor of value: take the first at min G
       g_P[0] = self.min_g
@@ -435,9 +499,9 @@ class BayesAllocator(Allocator):
     """Whether rolling out `plan` as a refill round lowers the batch's expected FLOPs per
     trained informative row (bayes.refill_lowers_cost; expected new rows = sum of
     P_inf(G) * G over the plan's groups)."""
-    st = self.state
+    a_Q, b_Q = self.posterior()
     expected = float(sum(
-        float(bayes.informative_probability(st.alpha[q], st.beta[q], int(g))) * int(g)
+        float(bayes.informative_probability(a_Q[q], b_Q[q], int(g))) * int(g)
         for q, g in zip(plan.query_index.tolist(), plan.group_size.tolist())))
     return bayes.refill_lowers_cost(filled_rows, expected, rounds_done, self.rows_per_batch,
                                     self.settings.train_cost_per_row)
@@ -454,9 +518,9 @@ class BayesAllocator(Allocator):
     st, cfg = self.state, self.settings
     raw_R = np.asarray(rewards_R, np.float64).reshape(-1)
     valid = np.flatnonzero(layout.valid_R)
+    a_Q, b_Q = self.posterior()
     for q, g in zip(plan.query_index.tolist(), plan.group_size.tolist()):  # calibration
-      st.expected_informative += float(bayes.informative_probability(st.alpha[q], st.beta[q],
-                                                                     int(g)))
+      st.expected_informative += float(bayes.informative_probability(a_Q[q], b_Q[q], int(g)))
     self._observe_samples(layout.row_query_index_R[valid], np.clip(raw_R[valid], 0.0, 1.0),
                           cfg.evidence_decay)
     room = self.rows_per_batch if free_rows is None else int(free_rows)
@@ -480,7 +544,7 @@ class BayesAllocator(Allocator):
       else:
         st.overflow_groups += 1
       st.dropped_groups += int(free_rows is not None and not informative)
-      if (self.informative([q])[0] < cfg.informative_floor and st.status[q] == CANDIDATE
+      if (self.own_informative(q) < cfg.informative_floor and st.status[q] == CANDIDATE
           and self.skippable(q)):
         st.status[q] = DEPRIORITISED
         st.skips[q] = max(int(st.skips[q]), 1)
