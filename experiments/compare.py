@@ -478,11 +478,19 @@ def regime_facts(runs: dict[str, list[str]], config: dict[str, Any]) -> dict[str
     p = _summary(profiled[0])['profile']
     facts['trivial_fraction'] = p['n_trivial'] / p['n_queries']
     facts['unsolved_fraction'] = p['n_unsolved'] / p['n_queries']
+  every = [w for ws in runs.values() for w in ws]
+  facts['machine'] = machine_line(every) if every else None
+  ref_policy = _summary(every[0]).get('initial_policy', {}) if every else {}
+  facts['warm_start_final_loss'] = ref_policy.get('final_loss')
   if runs.get('grpo'):
     steps = np.mean([_summary(w)['steps'] for w in runs['grpo']])
     per_step = config['train']['rows_per_batch'] / config['grpo']['group_size']
     facts['epochs_grpo'] = float(steps * per_step / facts['rl_pool_size'])
   return facts
+
+
+def _loss(value: Any) -> str:
+  return 'not recorded' if value is None else f'{value:.4f}'
 
 
 def _as_json(value: Any) -> Any:
@@ -524,13 +532,42 @@ def finished_runs(runs_dir: str, regime: str, arms: list[str], seeds: list[int],
   def signature(w: str) -> str:
     with open(os.path.join(w, 'config.json')) as f:
       return regime_signature(json.load(f))
-  want = signature(ref)
+  want, want_policy = signature(ref), initial_policy(ref)
   for arm, workdirs in out.items():
-    keep = [w for w in workdirs if signature(w) == want]
-    for w in sorted(set(workdirs) - set(keep)):
-      log(f'[compare] {w}: another definition of regime {regime} than {ref}; left out')
+    keep = []
+    for w in workdirs:
+      if signature(w) != want:
+        log(f'[compare] {w}: another definition of regime {regime} than {ref}; left out')
+      elif initial_policy(w) != want_policy:
+        log(f'[compare] {w}: another initial policy than {ref} (SFT final loss, initial '
+            f'accuracy {initial_policy(w)} vs {want_policy}): its warm start was built on '
+            'another machine or library version (sgpo_jax/environment.py); left out. Rerun '
+            'it with the same warm-start cache.')
+      else:
+        keep.append(w)
     out[arm] = keep
   return out
+
+
+def initial_policy(workdir: str) -> tuple[Any, Any]:
+  """A run's initial policy, fingerprinted: (warm start SFT final loss, initial held-out
+  accuracy). Equal configs give different policies on different machines (environment.py)."""
+  s = _summary(workdir)
+  return (s.get('initial_policy', {}).get('final_loss'), s.get('eval_accuracy_initial'))
+
+
+def machine_line(workdirs: list[str]) -> str:
+  """Where the regime's runs and warm start were made (from summary.json's environment;
+  runs before it was recorded say so)."""
+  envs = [_summary(w).get('environment') for w in workdirs]
+  known = [e for e in envs if e]
+  if not known:
+    return 'machine not recorded (runs before summary.json had an environment block)'
+  kinds = sorted({f"{e['cpu']['model']} ({', '.join(e['cpu']['features']) or 'no listed features'}), "
+                  f"jax {e['packages'].get('jax')}, jaxlib {e['packages'].get('jaxlib')}, "
+                  f"flax {e['packages'].get('flax')}" for e in known})
+  return '; '.join(kinds) + ('' if len(known) == len(envs) else
+                             f' ({len(envs) - len(known)} runs without a record)')
 
 
 def analyse(runs_dir: str, regimes: list[str], arms: list[str], seeds: list[int],
@@ -645,7 +682,11 @@ def render(results: dict[str, Any]) -> str:
               f"{_pct(block['trivial_fraction'])}%, unsolved (p_hat = 0) "
               f"{_pct(block['unsolved_fraction'])}%. GRPO sees each prompt "
               f"{epochs} times. Target: {_pct(block['target_accuracy'])}% "
-              f"(95% CI {_ci(block['target_ci95'], _pct)}). Seeds finished: {n_seeds}.", '']
+              f"(95% CI {_ci(block['target_ci95'], _pct)}). Seeds finished: {n_seeds}.", '',
+              f"Initial policy: warm-start SFT final loss {_loss(block.get('warm_start_final_loss'))}, "
+              f"held-out {_pct(block.get('initial_accuracy'))}%. Measured on: "
+              f"{block.get('machine') or 'not recorded'}. (Another machine builds another "
+              'initial policy from the same config; its runs are not mixed in.)', '']
     if not block.get('reference_learned', True):
       lines += [f"**GRPO did not improve on the initial policy here** (initial "
                 f"{_pct(block['initial_accuracy'])}%, final {_pct(block['target_accuracy'])}%): "

@@ -37,6 +37,7 @@ from sgpo_jax import checkpoint as checkpoint_lib
 from sgpo_jax import config_check
 from sgpo_jax import data as data_lib
 from sgpo_jax import dry_run as dry_run_lib
+from sgpo_jax import environment
 from sgpo_jax import evaluate as evaluate_lib
 from sgpo_jax import flops as flops_lib
 from sgpo_jax import learner as learner_lib
@@ -428,6 +429,7 @@ def finalize(su: Setup, rs: RunState) -> dict:
       'wall_seconds': rs.wall_seconds(),
       'initial_policy': su.init_info,
       'stop_reason': rs.stop_reason,
+      'environment': environment.describe(),
   }
   if rs.allocation is not None:
     summary['profile'] = rs.allocation.summary()

@@ -23,6 +23,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from tqdm.auto import tqdm
 
+from sgpo_jax import environment
 from sgpo_jax import model as model_lib
 from sgpo_jax import sharding as sharding_lib
 from sgpo_jax import tasks
@@ -192,9 +193,10 @@ def initial_policy(config, cfg: model_lib.ModelConfig, mesh, tokenizer, train_qu
                           config.sampling.max_new_tokens)
   params, final_loss = train_sft(cfg, params, shardings, mesh, examples, config.warm_start,
                                  config.data.seed, show_progress)
+  # The environment: a cache built elsewhere rounds differently (environment.py).
   info = {'source': 'warm_start', 'steps': int(config.warm_start.steps),
           'final_loss': final_loss, 'seconds': time.time() - start, 'path': path,
-          'cached': False}
+          'cached': False, 'environment': environment.describe()}
   os.makedirs(path, exist_ok=True)
   checkpointer.save(os.path.join(path, 'params'), params, force=True)
   checkpointer.wait_until_finished()

@@ -414,3 +414,40 @@ def test_a_run_locked_by_another_sweep_process_is_skipped_not_rerun(tmp_path):
   assert not (workdir / 'stdout.log').exists()  # nothing was started
   (workdir / 'summary.json').write_text('{}')  # finished: reported done, not rerun
   assert compare.run_one(entry, str(tmp_path), '/nonexistent-code-dir', logs.append) is True
+
+
+def test_runs_from_another_initial_policy_are_left_out_and_the_machine_is_reported(tmp_path):
+  # Same config, but dapo_seed1's warm start was built elsewhere: another SFT final loss
+  # and initial accuracy (as measured across two machines: 0.249 vs 0.312).
+  config = {'data': {'num_eval': 2048}, 'model': {}, 'warm_start': {'steps': 1500},
+            'train': {'flops_budget': 1e12, 'rows_per_batch': 64}, 'eval': {'every_steps': 12}}
+  env = {'cpu': {'model': 'Xeon', 'features': ['avx2', 'avx512f']},
+         'packages': {'jax': '0.10.2', 'jaxlib': '0.10.2', 'flax': '0.12.8'}}
+  for name, loss, initial in (('grpo_seed0', 0.249, 0.2), ('dapo_seed0', 0.249, 0.2),
+                              ('dapo_seed1', 0.312, 0.25)):
+    path = tmp_path / 'r' / name
+    _fake_run(str(path), 0, [0.0, 1e12], [initial, 0.3])
+    (path / 'config.json').write_text(json.dumps(config))
+    summary = json.loads((path / 'summary.json').read_text())
+    summary['initial_policy'] = {'final_loss': loss}
+    if name != 'dapo_seed0':
+      summary['environment'] = env
+    (path / 'summary.json').write_text(json.dumps(summary))
+  logs = []
+  runs = compare.finished_runs(str(tmp_path), 'r', ['grpo', 'dapo'], [0, 1], log=logs.append)
+  assert [os.path.basename(w) for w in runs['dapo']] == ['dapo_seed0']
+  assert any('dapo_seed1: another initial policy' in m and '(0.312, 0.25) vs (0.249, 0.2)' in m
+             for m in logs)
+  line = compare.machine_line(runs['grpo'] + runs['dapo'])
+  assert line == 'Xeon (avx2, avx512f), jax 0.10.2, jaxlib 0.10.2, flax 0.12.8 (1 runs without a record)'
+  assert compare.machine_line([str(tmp_path / 'r' / 'dapo_seed0')]).startswith('machine not recorded')
+
+
+def test_environment_describes_versions_and_cpu(tmp_path):
+  from sgpo_jax import environment
+  cpuinfo = tmp_path / 'cpuinfo'
+  cpuinfo.write_text('processor : 0\nmodel name : Test CPU 9000\nflags : fpu sse avx2 fma amx_tile\n')
+  assert environment.cpu_info(str(cpuinfo)) == {'model': 'Test CPU 9000',
+                                                'features': ['amx_tile', 'avx2', 'fma']}
+  d = environment.describe()
+  assert d['packages']['jax'] and d['backend'] == 'cpu' and json.dumps(d)
