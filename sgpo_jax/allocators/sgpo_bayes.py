@@ -32,6 +32,14 @@ What it does per RL batch (`fill_batch`), with the math in `bayes.py`:
    'profile'; profile=False: a training group, post-filtered); a probe that settles
    'learnable' (an informative group) brings the prompt back. revisit_base adapts by
    revisit_step per epoch toward a share `revisit_target` of revisits that come back.
+6. Optional, off by default: pooled_prior shares an empirical-Bayes prior across the prompts
+   of a stratum (their `difficulty`, or the whole pool; `bayes.pooled_prior`), so a prompt
+   nobody has rolled out starts where its stratum's rolled-out prompts are, and prioritise
+   makes each round's window the most promising ready candidates instead of the next ones
+   (every candidate is still served once per epoch). The pooled posterior orders and sizes
+   groups; informative_floor always reads a prompt's own posterior, so pooling never takes a
+   prompt out of the walk. Measured (compare_second_machine/, `default`, 5 seeds): earlier to
+   GRPO's final accuracy on the point estimate, 0.8 points lower at the budget.
 No curriculum: candidates are taken in a fresh random order every epoch (reshuffle=True;
 False: the pool order every epoch); the measured sGPO curriculum made the eval curve swing
 with its phases (see the README's results).
