@@ -28,3 +28,7 @@ python experiments/bayes_diagnostics.py --runs-dir "$RUNS" --regime default \
 python experiments/compare.py --analyse-only --regimes paper_like \
   --arms grpo,dapo,greso,dapo_g4,sgpo_bayes,sgpo_bayes_pooled,sgpo_bayes_priority --seeds 0-2 \
   --runs-dir "$RUNS" --results-dir "$HERE/paper_like" --note "$NOTE"
+# The scaling-law study on these runs alone (leave-one-run-out within this machine's runs; the
+# CLI calibration set in sgpo_jax/scaling_law/calibration_runs.json is left as it is):
+PYTHONPATH=. python experiments/scaling_law_calibrate.py $(ls -d "$RUNS"/*/*_seed*) \
+  --out "$HERE" --stem scaling_law_calibrated
