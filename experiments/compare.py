@@ -536,11 +536,12 @@ def finished_runs(runs_dir: str, regime: str, arms: list[str], seeds: list[int],
   for arm, workdirs in out.items():
     keep = []
     for w in workdirs:
+      policy = initial_policy(w)
       if signature(w) != want:
         log(f'[compare] {w}: another definition of regime {regime} than {ref}; left out')
-      elif initial_policy(w) != want_policy:
+      elif policy != want_policy:
         log(f'[compare] {w}: another initial policy than {ref} (SFT final loss, initial '
-            f'accuracy {initial_policy(w)} vs {want_policy}): its warm start was built on '
+            f'accuracy {policy} vs {want_policy}): its warm start was built on '
             'another machine or library version (sgpo_jax/environment.py); left out. Rerun '
             'it with the same warm-start cache.')
       else:

@@ -447,10 +447,10 @@ class BayesAllocator(Allocator):
     p_inf = bayes.informative_probability(a_Q[cand], b_Q[cand], self.min_g)
     return cand[np.argsort(-p_inf, kind='stable')[:cfg.window]]
 
-  def _plan(self) -> BatchPlan:
+  def _plan(self, posterior: tuple[np.ndarray, np.ndarray]) -> BatchPlan:
     """One training round: G for `window` candidates (`_window`), R rows at most."""
     st, cfg = self.state, self.settings
-    a_Q, b_Q = self.posterior()
+    a_Q, b_Q = posterior
     window = self._window(a_Q, b_Q)
     g_P = bayes.choose_group_sizes(a_Q[window], b_Q[window], cfg.group_sizes,
                                    self.rows_per_batch, cfg.signal_exponent)
@@ -474,20 +474,24 @@ class BayesAllocator(Allocator):
     kept = dropped = 0
     while not builder.done and self.rows_per_batch - builder.filled_rows >= self.min_g:
       self._gather_candidates(rollout_fn, round_index)
-      plan = self._plan()
-      if builder.rounds and not self.refill_pays(plan, builder.filled_rows, builder.rounds):
+      # One posterior per round: planning, the refill decision and the update's calibration
+      # all read the state before this round's rollout.
+      posterior = self.posterior()
+      plan = self._plan(posterior)
+      if builder.rounds and not self.refill_pays(plan, builder.filled_rows, builder.rounds,
+                                                 posterior):
         st.refills_skipped += 1
         break
       layout = plan.rows(self.rows_per_batch)
       rollout = rollout_fn(layout, next(round_index), 'rollout')
       if not cfg.post_filter:
-        self.observe(plan, rollout.rewards_R, layout)
+        self.observe(plan, rollout.rewards_R, layout, posterior=posterior)
         st.steps += 1
         probe_rounds = st.probe_rounds - probe_rounds_before
         return FilledBatch('bayes', layout, rollout,
                            {'rounds': probe_rounds + 1, 'profile_rounds': probe_rounds})
       free_rows = self.rows_per_batch - builder.filled_rows
-      kept_P, equal_P = self.observe(plan, rollout.rewards_R, layout, free_rows)
+      kept_P, equal_P = self.observe(plan, rollout.rewards_R, layout, free_rows, posterior)
       added = builder.add_round(layout, rollout.rewards_R)
       if added != int(plan.group_size[kept_P].sum()):
         raise AssertionError(f'batch builder kept {added} rows, the posterior update '
@@ -503,11 +507,12 @@ class BayesAllocator(Allocator):
                         'train_rounds': batch.rounds, 'dapo_dropped_groups': dropped,
                         'dapo_kept_groups': kept, 'dapo_discarded_rows': batch.discarded_rows})
 
-  def refill_pays(self, plan: BatchPlan, filled_rows: int, rounds_done: int) -> bool:
+  def refill_pays(self, plan: BatchPlan, filled_rows: int, rounds_done: int,
+                  posterior: tuple[np.ndarray, np.ndarray] | None = None) -> bool:
     """Whether rolling out `plan` as a refill round lowers the batch's expected FLOPs per
     trained informative row (bayes.refill_lowers_cost; expected new rows = sum of
-    P_inf(G) * G over the plan's groups)."""
-    a_Q, b_Q = self.posterior()
+    P_inf(G) * G over the plan's groups; `posterior`: this round's, as from posterior())."""
+    a_Q, b_Q = posterior if posterior is not None else self.posterior()
     expected = float(sum(
         float(bayes.informative_probability(a_Q[q], b_Q[q], int(g))) * int(g)
         for q, g in zip(plan.query_index.tolist(), plan.group_size.tolist())))
@@ -515,18 +520,21 @@ class BayesAllocator(Allocator):
                                     self.settings.train_cost_per_row)
 
   def observe(self, plan: BatchPlan, rewards_R: np.ndarray, layout: RowLayout,
-              free_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+              free_rows: int | None = None,
+              posterior: tuple[np.ndarray, np.ndarray] | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
     """Learns from one training round: every row updates its prompt's posterior.
 
     free_rows=None: every group is trained on (post_filter=False). Else the round is
     post-filtered: a group is kept iff its rewards are not all equal and it fits the
     `free_rows` still free (in plan order, as DAPOBatchBuilder); an informative group that
     does not fit is not spent (its prompt stays a candidate). Returns bool [P] arrays:
-    kept groups, all-equal groups."""
+    kept groups, all-equal groups. `posterior`: the round's, before this update (default:
+    posterior() now)."""
     st, cfg = self.state, self.settings
     raw_R = np.asarray(rewards_R, np.float64).reshape(-1)
     valid = np.flatnonzero(layout.valid_R)
-    a_Q, b_Q = self.posterior()
+    a_Q, b_Q = posterior if posterior is not None else self.posterior()
     for q, g in zip(plan.query_index.tolist(), plan.group_size.tolist()):  # calibration
       st.expected_informative += float(bayes.informative_probability(a_Q[q], b_Q[q], int(g)))
     self._observe_samples(layout.row_query_index_R[valid], np.clip(raw_R[valid], 0.0, 1.0),
