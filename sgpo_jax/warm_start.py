@@ -9,6 +9,8 @@ everything that shapes it (model, data, warm_start, tokenizer config), so repeat
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -172,6 +174,34 @@ def initial_policy(config, cfg: model_lib.ModelConfig, mesh, tokenizer, train_qu
   path = os.path.abspath(os.path.join(cache_root, cache_key(config)))
   target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                         nn.meta.unbox(abstract), shardings)
+  with _build_lock(path):
+    return _restore_or_build(config, cfg, mesh, tokenizer, train_queries, path, target,
+                             shardings, show_progress)
+
+
+@contextlib.contextmanager
+def _build_lock(path: str):
+  """Holds `<path>.lock` (writer process only) while this run restores or builds the warm
+  start at `path`, so two runs sharing a cache (a sweep's parallel processes) never both spend
+  an SFT on it or write it at once: the second waits, then reuses the first one's policy."""
+  if not sharding_lib.is_writer():
+    yield
+    return
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path + '.lock', 'w') as lock:
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      logging.info('warm start: another run is building %s; waiting for it', path)
+      fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _restore_or_build(config, cfg, mesh, tokenizer, train_queries, path, target, shardings,
+                      show_progress):
   checkpointer = ocp.StandardCheckpointer()
   info_path = os.path.join(path, 'info.json')
   cached = None

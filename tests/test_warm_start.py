@@ -1,0 +1,69 @@
+"""The warm-start cache under concurrency: runs sharing a cache build each policy once."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+
+import jax
+import numpy as np
+
+from sgpo_jax import data as data_lib
+from sgpo_jax import default_config
+from sgpo_jax import model as model_lib
+from sgpo_jax import sharding as sharding_lib
+from sgpo_jax import tokenizer as tokenizer_lib
+from sgpo_jax import warm_start
+
+
+def _tiny_config(cache_dir: str):
+  c = default_config.get_config('runlocal=1')
+  c.model.d_model, c.model.n_layers, c.model.d_ff = 16, 1, 32
+  c.model.n_heads, c.model.n_kv_heads, c.model.head_dim = 2, 1, 8
+  c.data.num_train, c.data.num_eval = 64, 16
+  c.warm_start.steps = 12
+  c.warm_start.cache_dir = cache_dir
+  return c
+
+
+def _build(config, workdir):
+  mesh = sharding_lib.make_mesh(config.mesh)
+  tokenizer = tokenizer_lib.load_tokenizer(config.tokenizer)
+  cfg = model_lib.ModelConfig.from_config(config.model)
+  queries = data_lib.load_queries(config.data, config.data.split, seed=config.data.seed,
+                                  tokenizer=tokenizer,
+                                  max_prompt_len=config.sampling.max_prompt_len)
+  params, _, info = warm_start.initial_policy(config, cfg, mesh, tokenizer, queries, workdir,
+                                              show_progress=False)
+  return params, info
+
+
+def test_concurrent_runs_build_a_shared_warm_start_once(tmp_path):
+  config = _tiny_config(str(tmp_path / 'cache'))
+  path = os.path.join(str(tmp_path / 'cache'), warm_start.cache_key(config))
+  os.makedirs(os.path.dirname(path))
+  results: dict[int, tuple] = {}
+
+  def run(i):
+    results[i] = _build(config, str(tmp_path / f'run{i}'))
+
+  # Hold the lock as a running build would, start two runs, then let them go: both must
+  # wait, and exactly one of them may train (the other reuses its policy).
+  with open(path + '.lock', 'w') as held:
+    fcntl.flock(held, fcntl.LOCK_EX)
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+      t.start()
+    threads[0].join(timeout=3.0)
+    assert not results, 'a run went ahead while another held the warm-start lock'
+    fcntl.flock(held, fcntl.LOCK_UN)
+  for t in threads:
+    t.join(timeout=300)
+  assert sorted(info['cached'] for _, info in results.values()) == [False, True]
+  (p0, _), (p1, _) = results[0], results[1]
+  for a, b in zip(jax.tree.leaves(p0), jax.tree.leaves(p1)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  # A later run reuses the cache without waiting (the lock is free again).
+  _, info = _build(config, str(tmp_path / 'run2'))
+  assert info['cached'] is True
