@@ -85,6 +85,11 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     'sgpo_bayes_pooled': ('sgpo_bayes', {'sgpo_bayes.pooled_prior': 'difficulty',
                                          'sgpo_bayes.prioritise': True}),
     'sgpo_bayes_priority': ('sgpo_bayes', {'sgpo_bayes.prioritise': True}),
+    # sgpo_bayes_pooled whose epochs end before their all-equal tail (epoch_cut 0.3: just
+    # above an unseen prompt's P_inf(4) after one all-equal group, 0.278).
+    'sgpo_bayes_cut': ('sgpo_bayes', {'sgpo_bayes.pooled_prior': 'difficulty',
+                                      'sgpo_bayes.prioritise': True,
+                                      'sgpo_bayes.epoch_cut': 0.3}),
 }
 ARM_NOTES = {
     'grpo': 'GRPO, G=8 for every prompt',
@@ -106,6 +111,9 @@ ARM_NOTES = {
                           'taking the most promising ready prompts first'),
     'sgpo_bayes_priority': ('sgpo_bayes_pooled without the shared prior: most promising '
                             'first by each prompt\'s own evidence'),
+    'sgpo_bayes_cut': ('sgpo_bayes_pooled whose epoch ends once its best ready prompt\'s '
+                       'P_inf(4) < 0.3 (the all-equal tail); what it leaves is decayed once, '
+                       'so it comes back in later epochs'),
 }
 
 # Smoke mode: the tiny model of tests/test_train.py, a few steps, one seed.

@@ -128,6 +128,14 @@ def check_sgpo_bayes(s: Mapping[str, Any]) -> None:
                'prioritise'):
     _require(isinstance(s[flag], bool),
              f'sgpo_bayes.{flag}={s[flag]!r} must be True or False.')
+  _require(0.0 <= s['epoch_cut'] < prior_inf,
+           f"sgpo_bayes.epoch_cut={s['epoch_cut']} must be in [0, {prior_inf:.3f}): 0 (off) "
+           'or below the informative probability of an unseen prompt, else an epoch of '
+           'unseen prompts ends before it starts. E.g. 0.3.')
+  _require(s['epoch_cut'] == 0.0 or s['prioritise'],
+           f"sgpo_bayes.epoch_cut={s['epoch_cut']} needs sgpo_bayes.prioritise=True (it "
+           'cuts the tail of an epoch served most promising first); set prioritise=True or '
+           'epoch_cut=0.')
   _require(isinstance(s['max_rounds'], int) and not isinstance(s['max_rounds'], bool)
            and s['max_rounds'] >= 1,
            f"sgpo_bayes.max_rounds={s['max_rounds']!r} must be an integer >= 1 (training "

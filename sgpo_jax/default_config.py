@@ -207,6 +207,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # P_inf (ties in epoch order) instead of the next ones; every candidate is still served
   # once per epoch, most promising first.
   c.sgpo_bayes.prioritise = False
+  # > 0 (prioritise only): an epoch ends early once the best ready candidate's P_inf(min G)
+  # is below this, instead of spending its last steps on the prompts ranked last (mostly
+  # all-equal groups); the prompts it leaves unserved have their evidence decayed once by
+  # evidence_decay (the policy moved on), so they rise in later epochs' rankings.
+  c.sgpo_bayes.epoch_cut = 0.0
   # True: a revisited prompt's evidence decays by evidence_decay per pool pass of training
   # since the last draw, not once per epoch (epochs are a round or two when few prompts are
   # learnable; per-epoch decay then makes trivial prompts look uncertain again).

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from sgpo_jax import allocators, default_config
+from sgpo_jax import allocators, bayes, default_config
 from sgpo_jax.allocators import Rollout
 from sgpo_jax.allocators.sgpo_bayes import CANDIDATE, DEPRIORITISED, BayesAllocator, BayesSettings
 
@@ -502,24 +502,97 @@ def test_pooled_prior_never_deprioritises_a_prompt_its_own_evidence_keeps():
     assert st.status[q] == CANDIDATE
 
 
-def test_pooled_prioritised_state_resumes_exactly():
+@pytest.mark.parametrize('epoch_cut', [0.0, 0.3])
+def test_pooled_prioritised_state_resumes_exactly(epoch_cut):
   kinds = kinds_for(40)
   strata = [q % 3 for q in range(40)]
-  opts = {'pooled_prior': 'difficulty', 'prioritise': True}
+  opts = {'pooled_prior': 'difficulty', 'prioritise': True, 'epoch_cut': epoch_cut}
+
+  # Floor 0.25 exercises deprioritising; with the cut, floor 0.1 keeps the all-equal prompts
+  # in the walk, where the cut (not the floor) takes them out of an epoch's tail.
+  floor = 0.1 if epoch_cut else 0.25
 
   def fresh():
-    return BayesAllocator(40, 16, BayesSettings(window=8, informative_floor=0.25, **opts),
+    return BayesAllocator(40, 16, BayesSettings(window=8, informative_floor=floor, **opts),
                           seed=3, strata=strata)
 
   def run(alloc, steps):
     return [plan_of(alloc.fill_batch(fake_rollout(alloc, kinds, []))) for _ in range(steps)]
 
-  full_plans = run(fresh(), 12)
+  steps = 16 if epoch_cut else 12  # the first cut comes in the fourth epoch (step 13)
+  whole = fresh()
+  full_plans = run(whole, steps)
+  assert (whole.state.epoch_cuts > 0) == (epoch_cut > 0)  # the cut path is exercised
   half = fresh()
   run(half, 5)
   resumed = fresh()
   resumed.load_state_dict(json.loads(json.dumps(half.state_dict())))
-  assert run(resumed, 7) == full_plans[5:]
+  assert run(resumed, steps - 5) == full_plans[5:]
   # A different pooled prior changes the plans (the test above is not vacuous).
   plain = BayesAllocator(40, 16, BayesSettings(window=8, informative_floor=0.25), seed=3)
   assert run(plain, 12) != full_plans
+
+
+# -- epoch_cut: an epoch served most promising first ends before its all-equal tail -------
+
+
+def _halves_rollout(kinds, calls):
+  """Trivial prompts always solved; 'half' prompts solved on the even rows of their group
+  (every group informative, 2 of 4 / 4 of 8). Records (epoch-independent) planned queries."""
+  def rollout_fn(layout, round_index=None, category='rollout'):
+    rewards = np.zeros(layout.rows_per_batch, np.float32)
+    for r in np.flatnonzero(layout.valid_R):
+      q = int(layout.row_query_index_R[r])
+      first = int(np.flatnonzero(layout.group_id_R == layout.group_id_R[r])[0])
+      rewards[r] = 1.0 if kinds[q] == TRIVIAL else float((r - first) % 2 == 0)
+    calls.append(category)
+    n_rows = layout.rows_per_batch
+    return Rollout(np.zeros((n_rows, 1), np.int32), np.zeros((n_rows, 1), np.int32),
+                   np.zeros((n_rows, 1), np.float32), rewards, layout.row_query_index_R)
+  return rollout_fn
+
+
+def _served_by_epoch(epoch_cut, batches=12):
+  n = 16
+  kinds = [TRIVIAL if q % 2 == 0 else 'half' for q in range(n)]
+  alloc = BayesAllocator(n, 16, BayesSettings(window=8, prioritise=True, post_filter=False,
+                                              epoch_cut=epoch_cut, group_sizes=(4,)), seed=3)
+  served: dict[int, list[int]] = {}
+  for _ in range(batches):
+    filled = alloc.fill_batch(_halves_rollout(kinds, []))
+    queries, _ = plan_of(filled)
+    served.setdefault(alloc.state.epoch, []).extend(queries)
+  return alloc, served
+
+
+def test_epoch_cut_skips_the_all_equal_tail_and_decays_what_it_leaves():
+  # Epoch 1: 16 unseen prompts (P_inf(4) 0.453 each), 4 per batch, all served. A trivial
+  # prompt's one all-solved group leaves Beta(4.5, 0.5): P_inf(4) = 1 - E[p^4] - E[(1-p)^4]
+  # = 1 - (4.5*5.5*6.5*7.5)/(5*6*7*8) - (.5*1.5*2.5*3.5)/1680 = 0.2779 < 0.3.
+  assert float(bayes.informative_probability(4.5, 0.5, 4)) == pytest.approx(0.2779, abs=1e-4)
+  alloc, served = _served_by_epoch(0.3, batches=7)  # epochs are numbered from 0
+  assert sorted(served[0]) == list(range(16))
+  # Epoch 1 serves the 8 'half' prompts (informative, ranked first), then its ready
+  # candidates are the 8 trivial ones, best P_inf 0.278 < 0.3: the epoch ends there.
+  assert sorted(served[1]) == list(range(1, 16, 2))
+  st = alloc.state
+  assert st.epoch == 2 and st.epoch_cuts == 1 and st.cut_unserved == 8
+  # What the cut left is decayed once (evidence_decay 0.5): (4, 0) -> (2, 0), Beta(2.5, 0.5),
+  # P_inf(4) = 1 - (2.5*3.5*4.5*5.5)/(3*4*5*6) - 6.5625/360 = 0.3802 > 0.3: it comes back.
+  for q in range(0, 16, 2):
+    assert (st.alpha[q], st.beta[q]) == (2.5, 0.5)
+  assert float(bayes.informative_probability(2.5, 0.5, 4)) == pytest.approx(0.3802, abs=1e-4)
+  # Epoch 2 serves everything again, the 'half' prompts first.
+  alloc, served = _served_by_epoch(0.3, batches=11)
+  assert sorted(served[2]) == list(range(16))
+  assert all(q % 2 == 1 for q in served[2][:8])
+  # Without the cut, epoch 1 also spends two batches on the trivial prompts.
+  _, plain = _served_by_epoch(0.0, batches=8)
+  assert sorted(plain[1]) == list(range(16))
+
+
+def test_epoch_cut_is_range_checked_and_needs_prioritise():
+  with pytest.raises(ValueError, match=r'epoch_cut=0.5 must be in \[0, 0.453\)'):
+    BayesSettings(prioritise=True, epoch_cut=0.5)
+  with pytest.raises(ValueError, match='epoch_cut=0.3 needs sgpo_bayes.prioritise=True'):
+    BayesSettings(epoch_cut=0.3)

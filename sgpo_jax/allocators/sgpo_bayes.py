@@ -119,6 +119,7 @@ class BayesSettings:
   pooled_prior_strength: float = 1.0
   pooled_max_concentration: float = 8.0
   prioritise: bool = False
+  epoch_cut: float = 0.0
 
   def __post_init__(self) -> None:
     config_check.check_sgpo_bayes(dataclasses.asdict(self))
@@ -162,6 +163,8 @@ class BayesState:
   overflow_groups: int = 0  # informative groups that did not fit (their prompt stays)
   refills_skipped: int = 0  # batches padded because another round would not pay
   expected_informative: float = 0.0  # sum of P_inf over rolled-out training groups, as planned
+  epoch_cuts: int = 0  # epochs ended early by epoch_cut
+  cut_unserved: int = 0  # candidates those cuts left unserved (their evidence decayed)
 
 
 @register_allocator('sgpo_bayes')
@@ -407,13 +410,19 @@ class BayesAllocator(Allocator):
     st = self.state
     return [q for q in st.candidates if not st.served[q]]
 
-  def _gather_candidates(self, rollout_fn: RolloutFn, round_index: Iterator[int]) -> None:
-    """Profiles / probes / starts epochs until a round has candidates to plan from."""
+  def _gather_candidates(self, rollout_fn: RolloutFn, round_index: Iterator[int],
+                         allow_cut: bool = True) -> None:
+    """Profiles / probes / starts epochs until a round has candidates to plan from
+    (allow_cut: the epoch may end early here, `_cut_epoch`)."""
     st = self.state
     need = self._need()
     started = False
     while True:
       st.candidates = self._ready()
+      if allow_cut and not started and self._cut_epoch():
+        self._start_epoch()
+        started = True
+        continue
       if len(st.candidates) >= need:
         return
       if self.settings.profile:
@@ -436,6 +445,28 @@ class BayesAllocator(Allocator):
         return
       self._start_epoch()
       started = True
+
+  def _cut_epoch(self) -> bool:
+    """epoch_cut > 0: whether the epoch ends here because its best ready candidate's P_inf
+    (min G, the posterior the ranking reads) is below epoch_cut; if so, the candidates left
+    unserved have their own evidence decayed once by evidence_decay (stale: the policy has
+    moved since), so they climb later rankings instead of being forgotten. Never while
+    prompts are still unprofiled or being probed (the ranking has not seen them yet)."""
+    st, cfg = self.state, self.settings
+    if (cfg.epoch_cut <= 0 or not st.candidates or st.in_flight
+        or st.frontier < self.num_queries):
+      return False
+    cand = np.array(st.candidates, np.int64)
+    a_Q, b_Q = self.posterior()
+    if float(bayes.informative_probability(a_Q[cand], b_Q[cand], self.min_g).max()) \
+        >= cfg.epoch_cut:
+      return False
+    st.alpha[cand], st.beta[cand] = bayes.update_posterior(
+        st.alpha[cand], st.beta[cand], 0.0, 0.0, cfg.prior_alpha, cfg.prior_beta,
+        cfg.evidence_decay)
+    st.epoch_cuts += 1
+    st.cut_unserved += int(cand.size)
+    return True
 
   def _window(self, a_Q: np.ndarray, b_Q: np.ndarray) -> np.ndarray:
     """The candidates one round's G choice looks at: the next `window` in epoch order, or
@@ -472,8 +503,11 @@ class BayesAllocator(Allocator):
     builder = DAPOBatchBuilder(self.rows_per_batch, max_rounds)
     rounds: list[Rollout] = []
     kept = dropped = 0
+    epoch_before = st.epoch
     while not builder.done and self.rows_per_batch - builder.filled_rows >= self.min_g:
-      self._gather_candidates(rollout_fn, round_index)
+      # At most one early epoch end per batch: a cut decays what it leaves, so the next
+      # batch's ranking has moved (no cut-after-cut within one step).
+      self._gather_candidates(rollout_fn, round_index, allow_cut=st.epoch == epoch_before)
       # One posterior per round: planning, the refill decision and the update's calibration
       # all read the state before this round's rollout.
       posterior = self.posterior()
@@ -589,4 +623,5 @@ class BayesAllocator(Allocator):
         'revisit_base': st.revisit_base, 'epochs': st.epoch,
         'deprioritised': int((st.status == DEPRIORITISED).sum()),
         'candidates': int((st.status == CANDIDATE).sum()),
+        'epoch_cuts': st.epoch_cuts, 'cut_unserved': st.cut_unserved,
     }
