@@ -128,6 +128,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.warm_start.batch_size = 64
   c.warm_start.learning_rate = 1e-3
   c.warm_start.schedule = 'constant'  # constant | cosine (decay to 0 over `steps`)
+  # True: where the package ships this warm start (sgpo_jax/warm_starts/, matched by cache
+  # key: the README run's and the regimes'), load it instead of training it, so every CPU
+  # type starts RL from the reference machine's policy; False: always train (SFT).
+  c.warm_start.shipped = True
   c.warm_start.cache_dir = ''  # '' = <workdir>/warm_start; shared dir to reuse across runs
   # One fraction per difficulty level (min_digits..max_digits): SFT sees only the first
   # that-share of each level's pool queries, so a level it rarely sees stays mostly beyond

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import time
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -34,6 +35,7 @@ from sgpo_jax import tasks
 def cache_key(config) -> str:
   relevant = {k: config[k].to_dict() for k in ('model', 'data', 'warm_start', 'tokenizer')}
   relevant['warm_start'].pop('cache_dir', None)
+  relevant['warm_start'].pop('shipped', None)  # where the policy comes from, not what it is
   if not relevant['warm_start'].get('level_fractions', ()):
     relevant['warm_start'].pop('level_fractions', None)  # keys of whole-pool caches stay as they were
   if relevant['warm_start'].get('schedule', 'constant') == 'constant':
@@ -216,6 +218,24 @@ def _restore_or_build(config, cfg, mesh, tokenizer, train_queries, path, target,
     info['cached'] = True
     logging.info('warm start: reused cached policy %s', path)
     return params, shardings, info
+  shipped = shipped_file(cache_key(config)) if config.warm_start.get('shipped', True) else None
+  if shipped is not None:
+    params, info = load_shipped(shipped, target)
+    info.update(path=path, cached=False)
+    logging.info('warm start: the package ships this policy (%s); no SFT', shipped)
+  else:
+    params, info = _train(config, cfg, mesh, tokenizer, train_queries, path, shardings,
+                          show_progress)
+  os.makedirs(path, exist_ok=True)
+  checkpointer.save(os.path.join(path, 'params'), params, force=True)
+  checkpointer.wait_until_finished()
+  if sharding_lib.is_writer():
+    with open(info_path, 'w') as f:
+      json.dump(info, f)
+  return params, shardings, info
+
+
+def _train(config, cfg, mesh, tokenizer, train_queries, path, shardings, show_progress):
   start = time.time()
   params, _ = sharding_lib.init_sharded_params(cfg, mesh, jax.random.key(config.data.seed))
   sft_pool = sft_queries(train_queries, config.warm_start, config.data.min_digits)
@@ -227,10 +247,62 @@ def _restore_or_build(config, cfg, mesh, tokenizer, train_queries, path, target,
   info = {'source': 'warm_start', 'steps': int(config.warm_start.steps),
           'final_loss': final_loss, 'seconds': time.time() - start, 'path': path,
           'cached': False, 'environment': environment.describe()}
-  os.makedirs(path, exist_ok=True)
-  checkpointer.save(os.path.join(path, 'params'), params, force=True)
-  checkpointer.wait_until_finished()
-  if sharding_lib.is_writer():
-    with open(info_path, 'w') as f:
-      json.dump(info, f)
-  return params, shardings, info
+  return params, info
+
+
+# ----------------------------------------------------------------------------------------
+# Shipped warm starts: the regimes' initial policies as built on the reference machine.
+# XLA:CPU rounds differently on other CPU types, so the same SFT elsewhere ends at another
+# policy (README, "Reproducibility across machines"); a shipped copy makes every machine start
+# RL from the very policy the committed results started from. Files: <key>.safetensors (the
+# params, '/'-joined paths) and <key>.json (the build's info.json, its environment included),
+# written by experiments/ship_warm_start.py.
+
+SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'warm_starts')
+
+
+def shipped_file(key: str, shipped_dir: str | None = None) -> str | None:
+  path = os.path.join(shipped_dir or SHIPPED_DIR, f'{key}.safetensors')
+  return path if os.path.exists(path) else None
+
+
+def export_shipped(params, info: dict, key: str, shipped_dir: str | None = None) -> str:
+  """Writes a warm start's params and build info as the shipped copy for cache key `key`."""
+  from flax import traverse_util
+  from safetensors.numpy import save_file
+  out = shipped_dir or SHIPPED_DIR
+  os.makedirs(out, exist_ok=True)
+  flat = traverse_util.flatten_dict(jax.device_get(params), sep='/')
+  path = os.path.join(out, f'{key}.safetensors')
+  save_file({k: np.ascontiguousarray(v) for k, v in flat.items()}, path)
+  kept = {k: info[k] for k in ('source', 'steps', 'final_loss', 'seconds', 'environment')
+          if k in info}
+  with open(os.path.join(out, f'{key}.json'), 'w') as f:
+    json.dump(kept, f, indent=1, sort_keys=True)
+  return path
+
+
+def load_shipped(path: str, target) -> tuple[Any, dict]:
+  """(params laid out as `target`'s shapes, dtypes and shardings, the build's info plus
+  shipped=True). A file whose tensors do not match the model raises, naming the tensor."""
+  from flax import traverse_util
+  from safetensors.numpy import load_file
+  flat = load_file(path)
+  want = traverse_util.flatten_dict(target, sep='/')
+  if set(flat) != set(want):
+    raise ValueError(f'{path} holds tensors {sorted(set(flat) ^ set(want))[:4]} that the '
+                     'model does not (or lacks them): it was shipped for another model; set '
+                     'warm_start.shipped=False to train this warm start instead.')
+  arrays = {}
+  for name, spec in want.items():
+    x = flat[name]
+    if x.shape != spec.shape or x.dtype != spec.dtype:
+      raise ValueError(f'{path}: {name} is {x.dtype}{list(x.shape)}, the model wants '
+                       f'{spec.dtype}{list(spec.shape)}; set warm_start.shipped=False.')
+    arrays[name] = jax.make_array_from_callback(spec.shape, spec.sharding,
+                                                lambda idx, x=x: x[idx])
+  with open(path[:-len('.safetensors')] + '.json') as f:
+    info = json.load(f)
+  info.update(shipped=True, shipped_file=os.path.basename(path),
+              loaded_on=environment.describe())
+  return traverse_util.unflatten_dict(arrays, sep='/'), info

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import threading
 
 import jax
 import numpy as np
+import pytest
 
 from sgpo_jax import data as data_lib
 from sgpo_jax import default_config
@@ -67,3 +69,55 @@ def test_concurrent_runs_build_a_shared_warm_start_once(tmp_path):
   # A later run reuses the cache without waiting (the lock is free again).
   _, info = _build(config, str(tmp_path / 'run2'))
   assert info['cached'] is True
+
+
+def test_shipped_copy_loads_the_same_policy_without_training(tmp_path, monkeypatch):
+  config = _tiny_config(str(tmp_path / 'built'))
+  built, info = _build(config, str(tmp_path / 'run0'))
+  assert info['cached'] is False and 'shipped' not in info
+  key = warm_start.cache_key(config)
+  shipped_dir = str(tmp_path / 'shipped')
+  warm_start.export_shipped(built, info, key, shipped_dir)
+  monkeypatch.setattr(warm_start, 'SHIPPED_DIR', shipped_dir)
+  monkeypatch.setattr(warm_start, 'train_sft', lambda *a, **k: pytest.fail('trained'))
+  # A fresh cache: the shipped copy is loaded (no SFT), bit for bit, and cached for later.
+  config.warm_start.cache_dir = str(tmp_path / 'fresh')
+  assert warm_start.cache_key(config) == key  # where it comes from is not part of the key
+  loaded, info2 = _build(config, str(tmp_path / 'run1'))
+  assert info2['shipped'] is True and info2['final_loss'] == info['final_loss']
+  assert info2['environment'] == info['environment'] and 'loaded_on' in info2
+  assert jax.tree.structure(loaded) == jax.tree.structure(built)
+  for a, b in zip(jax.tree.leaves(built), jax.tree.leaves(loaded)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert _build(config, str(tmp_path / 'run2'))[1]['cached'] is True
+  # shipped=False trains, whatever is shipped.
+  config.warm_start.shipped = False
+  config.warm_start.cache_dir = str(tmp_path / 'fresh2')
+  with pytest.raises(pytest.fail.Exception, match='trained'):
+    _build(config, str(tmp_path / 'run3'))
+
+
+def test_a_shipped_copy_of_another_model_is_refused(tmp_path, monkeypatch):
+  config = _tiny_config(str(tmp_path / 'built'))
+  built, info = _build(config, str(tmp_path / 'run0'))
+  shipped_dir = str(tmp_path / 'shipped')
+  other = dict(built)
+  other.pop(sorted(other)[0])  # a tensor missing: another architecture
+  monkeypatch.setattr(warm_start, 'SHIPPED_DIR', shipped_dir)
+  config.warm_start.cache_dir = str(tmp_path / 'fresh')
+  warm_start.export_shipped(other, info, warm_start.cache_key(config), shipped_dir)
+  with pytest.raises(ValueError, match='warm_start.shipped=False'):
+    _build(config, str(tmp_path / 'run1'))
+
+
+def test_the_readme_run_and_every_regime_have_a_shipped_warm_start():
+  # The committed results start from these (first machine: SFT final loss 0.249 for the
+  # README run, default and small_pool; 0.037 for paper_like). A config change that moves a
+  # cache key would leave its regime training a new warm start: this names it.
+  expected = {'': 0.249, 'regime=default': 0.249, 'regime=small_pool': 0.249,
+              'regime=paper_like': 0.037}
+  for arg, loss in expected.items():
+    path = warm_start.shipped_file(warm_start.cache_key(default_config.get_config(arg)))
+    assert path is not None, f'no shipped warm start for {arg!r}'
+    with open(path[:-len('.safetensors')] + '.json') as f:
+      assert round(json.load(f)['final_loss'], 3) == loss, arg
