@@ -9,7 +9,8 @@ per step, the share of rolled-out groups with all-equal rewards (and, for sgpo_b
 share its posterior expected when planning them), the share of trained
 groups with all-equal rewards (what the learner got no signal from), padding, and for
 sgpo_bayes its allocator block (overflow groups and skipped refills per step, revisits and
-the share that came back). Reads each run's summary.json and metrics.jsonl only.
+the share that came back), the share of steps padded to 3/4 or more, and epoch cuts
+(sgpo_bayes.epoch_cut). Reads each run's summary.json and metrics.jsonl only.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402
+
+
+def sparse_share(padding_fractions, threshold: float = 0.75) -> float:
+  """Share of steps that trained on at most 1 - threshold of their rows (padding >= 3/4 by
+  default): steps paid in full for a handful of informative groups."""
+  pad = np.asarray(padding_fractions, float)
+  return float(np.mean(pad >= threshold)) if pad.size else float('nan')
 
 
 def run_diagnostics(workdir: str) -> dict[str, float]:
@@ -44,6 +52,7 @@ def run_diagnostics(workdir: str) -> dict[str, float]:
                                               for r in rows])),
       'trained_all_equal': float(np.mean([r.get('frac_zero_std', np.nan) for r in rows])),
       'padding': float(np.mean([r['padding_fraction'] for r in rows])),
+      'sparse_steps': sparse_share([r['padding_fraction'] for r in rows]),
       'steps': float(len(rows)),
       'wall_s': compare._rl_wall(summary),
   }
@@ -60,6 +69,8 @@ def run_diagnostics(workdir: str) -> dict[str, float]:
   if 'expected_informative_share' in alloc:  # the posterior's calibration, same groups
     out['rolled_all_equal'] = 1.0 - alloc['informative_group_share']  # overflow included
     out['expected_all_equal'] = 1.0 - alloc['expected_informative_share']
+  if 'epoch_cuts' in alloc:
+    out['epoch_cuts'] = float(alloc['epoch_cuts'])
   if 'revisits' in alloc:
     out['revisits'] = float(alloc['revisits'])
     out['revisit_back_share'] = alloc['revisits_back'] / max(alloc['revisits'], 1)
@@ -73,10 +84,11 @@ COLUMNS = [('final_acc', 'final acc %', '{:.1f}'), ('profile_share', 'profile FL
            ('rolled_all_equal', 'all-equal rolled out', '{:.1%}'),
            ('expected_all_equal', 'all-equal expected', '{:.1%}'),
            ('trained_all_equal', 'all-equal trained on', '{:.1%}'),
-           ('padding', 'padding', '{:.1%}'), ('steps', 'steps', '{:.0f}'),
+           ('padding', 'padding', '{:.1%}'),
+           ('sparse_steps', 'steps >= 3/4 padding', '{:.1%}'), ('steps', 'steps', '{:.0f}'),
            ('overflow_per_step', 'overflow groups/step', '{:.2f}'),
            ('refills_skipped_per_step', 'refills skipped/step', '{:.2f}'),
-           ('revisits', 'revisits', '{:.0f}'), ('revisit_back_share', 'revisits back', '{:.1%}'),
+           ('epoch_cuts', 'epoch cuts', '{:.0f}'), ('revisits', 'revisits', '{:.0f}'), ('revisit_back_share', 'revisits back', '{:.1%}'),
            ('wall_s', 'wall s', '{:.0f}')]
 
 

@@ -392,6 +392,8 @@ def test_bayes_diagnostics_on_a_hand_made_run(tmp_path):
   assert d['rolled_all_equal'] == pytest.approx(8 / 24) and d['padding'] == 0.125
   assert d['overflow_per_step'] == 1.5 and d['refills_skipped_per_step'] == 0.5
   assert d['revisit_back_share'] == 0.4 and d['wall_s'] == 30.0
+  assert d['sparse_steps'] == 0.0 and 'epoch_cuts' not in d
+  assert bayes_diagnostics.sparse_share([0.0, 0.75, 0.9, 0.5]) == 0.5
   out = tmp_path / 'diag.md'
   bayes_diagnostics.main(['--runs-dir', str(tmp_path), '--regime', 'default', '--arms',
                           'sgpo_bayes', '--seeds', '0', '--out', str(out)])
