@@ -203,7 +203,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # never deprioritises a prompt (informative_floor reads the prompt's own evidence).
   # Measured with prioritise (arm sgpo_bayes_pooled, experiments/results/
   # compare_second_machine/): it reaches GRPO's final accuracy earlier on the point estimate
-  # (1.63x vs DAPO, sgpo_bayes 1.37x, intervals overlapping) but ends 0.8 points lower, so off.
+  # (1.63x vs DAPO, sgpo_bayes 1.37x, intervals overlapping) but ends 0.8 points lower; on the
+  # reference machine (compare_pooled_cut/) it ends highest in paper_like (80.4%) and 0.7
+  # lower in default (75.0%), reaching GRPO's final accuracy later in both, so off.
   c.sgpo_bayes.pooled_prior = 'none'
   c.sgpo_bayes.pooled_prior_strength = 1.0  # the base prior counts as this many seen prompts
   c.sgpo_bayes.pooled_max_concentration = 8.0  # a stratum prior is worth at most this many samples
@@ -214,7 +216,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # > 0 (prioritise only): an epoch ends early once the best ready candidate's P_inf(min G)
   # is below this, instead of spending its last steps on the prompts ranked last (mostly
   # all-equal groups); the prompts it leaves unserved have their evidence decayed once by
-  # evidence_decay (the policy moved on), so they rise in later epochs' rankings.
+  # evidence_decay (the policy moved on), so they rise in later epochs' rankings. Measured
+  # with pooled_prior=difficulty, cut 0.3 (arm sgpo_bayes_cut, experiments/results/
+  # compare_pooled_cut/): padding 29.5% vs 58.0% in paper_like, final 79.9% / 76.0% in
+  # paper_like / default (sgpo_bayes 80.1 / 75.7), but GRPO's final accuracy later (13.9x /
+  # 5.9x vs GRPO against sgpo_bayes's 21.8x / 38x), so off.
   c.sgpo_bayes.epoch_cut = 0.0
   # True: a revisited prompt's evidence decays by evidence_decay per pool pass of training
   # since the last draw, not once per epoch (epochs are a round or two when few prompts are

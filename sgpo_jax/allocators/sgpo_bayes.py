@@ -38,8 +38,14 @@ What it does per RL batch (`fill_batch`), with the math in `bayes.py`:
    makes each round's window the most promising ready candidates instead of the next ones
    (every candidate is still served once per epoch). The pooled posterior orders and sizes
    groups; informative_floor always reads a prompt's own posterior, so pooling never takes a
-   prompt out of the walk. Measured (compare_second_machine/, `default`, 5 seeds): earlier to
-   GRPO's final accuracy on the point estimate, 0.8 points lower at the budget.
+   prompt out of the walk. epoch_cut (prioritise only) ends an epoch once its best ready
+   candidate's P_inf is below the cut, instead of spending the epoch's last steps on the
+   prompts ranked last; the candidates it leaves have their evidence decayed once, so they
+   climb later rankings. Measured on the reference machine (compare_pooled_cut/, 5 seeds):
+   pooled + prioritise ends highest in paper_like (80.4% vs sgpo_bayes 80.1) but reaches
+   GRPO's final accuracy later (11.2x vs GRPO against 21.8x); the cut halves padding there
+   (29.5% vs 58.0%) and ends highest in default (76.0% vs 75.7), yet reaches GRPO's final
+   accuracy later in both (13.9x and 5.9x against 21.8x and 38x): off by default.
 No curriculum: candidates are taken in a fresh random order every epoch (reshuffle=True;
 False: the pool order every epoch); the measured sGPO curriculum made the eval curve swing
 with its phases (see the README's results).

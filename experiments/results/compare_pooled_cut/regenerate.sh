@@ -33,3 +33,10 @@ if ls "$RUNS"/default/*_seed* >/dev/null 2>&1; then
   python experiments/bayes_diagnostics.py --runs-dir "$RUNS" --regime default \
     --arms "$DEFAULT" --seeds 0-4 --out "$HERE/default/diagnostics.md"
 fi
+# A probe, 2 seeds (stopped there: both seeds far behind): the cut arm with cheaper steps.
+#   python experiments/compare.py --runs-dir RUNS --code-dir CODE --regimes paper_like \
+#     --arms grpo --arm "$R2" --seeds 0-4   (seeds 0-1 finished)
+R2="sgpo_bayes_cut_r2=sgpo_bayes,sgpo_bayes.pooled_prior=difficulty,sgpo_bayes.prioritise=True,sgpo_bayes.epoch_cut=0.3,sgpo_bayes.max_rounds=2"
+python experiments/compare.py --analyse-only --regimes paper_like \
+  --arms grpo,dapo,sgpo_bayes_pooled,sgpo_bayes_cut --arm "$R2" --seeds 0-1 \
+  --runs-dir "$RUNS" --results-dir "$HERE/paper_like_r2_probe" --note "$NOTE (Seeds 0-1 only.)"
