@@ -33,6 +33,15 @@ if ls "$RUNS"/default/*_seed* >/dev/null 2>&1; then
   python experiments/bayes_diagnostics.py --runs-dir "$RUNS" --regime default \
     --arms "$DEFAULT" --seeds 0-4 --out "$HERE/default/diagnostics.md"
 fi
+#   python experiments/compare.py --runs-dir RUNS --code-dir CODE --regimes small_pool \
+#     --arms grpo,sgpo_bayes_cut,dapo_g4,sgpo_bayes_pooled,sgpo_bayes,dapo --seeds 0-2
+SMALL_POOL=grpo,dapo,dapo_g4,sgpo_bayes,sgpo_bayes_pooled,sgpo_bayes_cut
+if ls "$RUNS"/small_pool/*_seed* >/dev/null 2>&1; then
+  python experiments/compare.py --analyse-only --regimes small_pool --arms "$SMALL_POOL" \
+    --seeds 0-2 --runs-dir "$RUNS" --results-dir "$HERE/small_pool" --note "$NOTE"
+  python experiments/bayes_diagnostics.py --runs-dir "$RUNS" --regime small_pool \
+    --arms "$SMALL_POOL" --seeds 0-2 --out "$HERE/small_pool/diagnostics.md"
+fi
 # A probe, 2 seeds (stopped there: both seeds far behind): the cut arm with cheaper steps.
 #   python experiments/compare.py --runs-dir RUNS --code-dir CODE --regimes paper_like \
 #     --arms grpo --arm "$R2" --seeds 0-4   (seeds 0-1 finished)
