@@ -41,7 +41,9 @@ What it does per RL batch (`fill_batch`), with the math in `bayes.py`:
    prompt out of the walk. epoch_cut (prioritise only) ends an epoch once its best ready
    candidate's P_inf is below the cut, instead of spending the epoch's last steps on the
    prompts ranked last; the candidates it leaves have their evidence decayed once, so they
-   climb later rankings. Measured on the reference machine (compare_pooled_cut/, 5 seeds):
+   climb later rankings (a prompt with no evidence of its own does not move: with
+   pooled_prior it is served once its stratum's rolled-out prompts, which do come back,
+   lift the stratum's prior above the cut). Measured on the reference machine (compare_pooled_cut/, 5 seeds):
    pooled + prioritise ends highest in paper_like (80.4% vs sgpo_bayes 80.1) but reaches
    GRPO's final accuracy later (11.2x vs GRPO against 21.8x); the cut halves padding there
    (29.5% vs 58.0%) and ends highest in default (76.0% vs 75.7), yet reaches GRPO's final
