@@ -43,11 +43,12 @@ What it does per RL batch (`fill_batch`), with the math in `bayes.py`:
    prompts ranked last; the candidates it leaves have their evidence decayed once, so they
    climb later rankings (a prompt with no evidence of its own does not move: with
    pooled_prior it is served once its stratum's rolled-out prompts, which do come back,
-   lift the stratum's prior above the cut). Measured on the reference machine (compare_pooled_cut/, 5 seeds):
-   pooled + prioritise ends highest in paper_like (80.4% vs sgpo_bayes 80.1) but reaches
-   GRPO's final accuracy later (11.2x vs GRPO against 21.8x); the cut halves padding there
-   (29.5% vs 58.0%) and ends highest in default (76.0% vs 75.7), yet reaches GRPO's final
-   accuracy later in both (13.9x and 5.9x against 21.8x and 38x): off by default.
+   lift the stratum's prior above the cut). Measured on the reference machine
+   (compare_pooled_cut/, 5 seeds): pooled + prioritise ends highest in paper_like (80.4% vs
+   sgpo_bayes 80.1) but reaches GRPO's final accuracy later (11.2x vs GRPO against 21.8x);
+   the cut halves padding there (29.5% vs 58.0%) and ends at 76.0% in default (sgpo_bayes
+   75.7, its floor-0.25 ablation 76.7), yet reaches GRPO's final accuracy later in both
+   (13.9x and 5.9x against 21.8x and 38x): off by default.
 No curriculum: candidates are taken in a fresh random order every epoch (reshuffle=True;
 False: the pool order every epoch); the measured sGPO curriculum made the eval curve swing
 with its phases (see the README's results).
