@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Regenerates experiments/results/compare.{md,json}, its plots and compare_diagnostics_<regime>.md
+# from the comparison's runs dir (RUNS/<regime>/<arm>_seed<s>), on the reference machine type:
+#   bash experiments/results/compare_regenerate.sh RUNS
+# The runs were made with (two processes sharing the runs dir; a frozen checkout as --code-dir;
+# the runner skips finished runs, so one command both starts and resumes a sweep):
+#   python experiments/compare.py --runs-dir RUNS --code-dir CODE --regimes paper_like,default \
+#     --arms "$ARMS" --seeds 0-4
+#   python experiments/compare.py --runs-dir RUNS --code-dir CODE --regimes small_pool \
+#     --arms "$ARMS" --seeds 0-2
+set -euo pipefail
+RUNS=${1:?runs dir}
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+cd "$REPO"
+ARMS=grpo,dapo,sgpo,sgpo_g48_k2,greso,knapsack,sgpo_bayes,sgpo_bayes_floor25,dapo_g4,sgpo_bayes_pooled,sgpo_bayes_cut
+python experiments/compare.py --analyse-only --runs-dir "$RUNS" \
+  --regimes paper_like,default,small_pool --arms "$ARMS" --seeds 0-4 --results-dir "$HERE"
+DIAG=grpo,dapo,dapo_g4,greso,knapsack,sgpo,sgpo_bayes_floor25,sgpo_bayes,sgpo_bayes_pooled,sgpo_bayes_cut
+for regime in paper_like default small_pool; do
+  seeds=0-4
+  [ "$regime" = small_pool ] && seeds=0-2
+  python experiments/bayes_diagnostics.py --runs-dir "$RUNS" --regime "$regime" --arms "$DIAG" \
+    --seeds "$seeds" --out "$HERE/compare_diagnostics_$regime.md"
+done
