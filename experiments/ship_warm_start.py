@@ -14,23 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 
-from sgpo_jax import data as data_lib
 from sgpo_jax import default_config
-from sgpo_jax import model as model_lib
-from sgpo_jax import sharding as sharding_lib
-from sgpo_jax import tokenizer as tokenizer_lib
 from sgpo_jax import warm_start
 
 
 def ship(config, workdir: str, shipped_dir: str | None = None) -> str:
   config.warm_start.shipped = False  # what is exported is a trained (or cached) policy
-  mesh = sharding_lib.make_mesh(config.mesh)
-  tokenizer = tokenizer_lib.load_tokenizer(config.tokenizer)
-  cfg = model_lib.ModelConfig.from_config(config.model)
-  queries = data_lib.load_queries(config.data, config.data.split, seed=config.data.seed,
-                                  tokenizer=tokenizer,
-                                  max_prompt_len=config.sampling.max_prompt_len)
-  params, _, info = warm_start.initial_policy(config, cfg, mesh, tokenizer, queries, workdir)
+  params, info = warm_start.policy_for_config(config, workdir)
   if info.get('source') != 'warm_start':
     raise SystemExit(f"this config's initial policy is {info.get('source')!r}, not an SFT "
                      'warm start: nothing to ship')

@@ -250,6 +250,22 @@ def _train(config, cfg, mesh, tokenizer, train_queries, path, shardings, show_pr
   return params, info
 
 
+def policy_for_config(config, workdir: str, show_progress: bool = True):
+  """(params, info) of `config`'s initial policy, built outside a run: its mesh, tokenizer,
+  model and training queries, then `initial_policy` (tools and tests that need only that)."""
+  from sgpo_jax import data as data_lib
+  from sgpo_jax import tokenizer as tokenizer_lib
+  mesh = sharding_lib.make_mesh(config.mesh)
+  tokenizer = tokenizer_lib.load_tokenizer(config.tokenizer)
+  cfg = model_lib.ModelConfig.from_config(config.model)
+  queries = data_lib.load_queries(config.data, config.data.split, seed=config.data.seed,
+                                  tokenizer=tokenizer,
+                                  max_prompt_len=config.sampling.max_prompt_len)
+  params, _, info = initial_policy(config, cfg, mesh, tokenizer, queries, workdir,
+                                   show_progress)
+  return params, info
+
+
 # ----------------------------------------------------------------------------------------
 # Shipped warm starts: the regimes' initial policies as built on the reference machine.
 # XLA:CPU rounds differently on other CPU types, so the same SFT elsewhere ends at another

@@ -11,11 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from sgpo_jax import data as data_lib
 from sgpo_jax import default_config
-from sgpo_jax import model as model_lib
-from sgpo_jax import sharding as sharding_lib
-from sgpo_jax import tokenizer as tokenizer_lib
 from sgpo_jax import warm_start
 
 
@@ -30,15 +26,7 @@ def _tiny_config(cache_dir: str):
 
 
 def _build(config, workdir):
-  mesh = sharding_lib.make_mesh(config.mesh)
-  tokenizer = tokenizer_lib.load_tokenizer(config.tokenizer)
-  cfg = model_lib.ModelConfig.from_config(config.model)
-  queries = data_lib.load_queries(config.data, config.data.split, seed=config.data.seed,
-                                  tokenizer=tokenizer,
-                                  max_prompt_len=config.sampling.max_prompt_len)
-  params, _, info = warm_start.initial_policy(config, cfg, mesh, tokenizer, queries, workdir,
-                                              show_progress=False)
-  return params, info
+  return warm_start.policy_for_config(config, workdir, show_progress=False)
 
 
 def test_concurrent_runs_build_a_shared_warm_start_once(tmp_path):
