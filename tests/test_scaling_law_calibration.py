@@ -17,6 +17,7 @@ from sgpo_jax.scaling_law.calibration import (
   calibrated_forecast,
   flat_level,
   loo_residuals,
+  offset_shrinkage,
   predict_drift,
   predict_pooled,
   scaled_drift,
@@ -208,6 +209,42 @@ def test_pooled_predictor_by_hand(monkeypatch):
   # over every run.
   lone = _record('t', 0.5, None, method='m', regime='other')
   assert predict_pooled(lone, records) == pytest.approx(scaled_drift(lone, records))
+
+
+def test_offset_shrinkage_is_the_random_effects_variance_ratio():
+  # Labels A: 1, 3 and B: 5, 7: within variance (1 + 1 + 1 + 1) / 2 = 2; label means 2, 6
+  # vary by 8 (ddof 1), of which 2 / 2 is their own noise: tau^2 = 7, lambda = 2 / 7.
+  assert offset_shrinkage([1, 3, 5, 7], ['A', 'A', 'B', 'B']) == pytest.approx(2 / 7)
+  # A label with one offset says nothing about the within variance: ignored.
+  assert offset_shrinkage([1, 3, 5, 7, 100], ['A', 'A', 'B', 'B', 'C']) == pytest.approx(2 / 7)
+  # Means 2 and 2: no between-label variance, full shrinkage.
+  assert offset_shrinkage([1, 3, 3, 1], ['A', 'A', 'B', 'B']) == math.inf
+  assert offset_shrinkage([1, 3, 5], ['A', 'A', 'B']) is None  # one label of two
+
+
+def test_pooled_shrinks_sibling_offsets_by_the_estimated_ratio(monkeypatch):
+  from sgpo_jax.scaling_law import calibration
+  monkeypatch.setattr(calibration, 'MIN_REGRESSION_RECORDS', 3)
+  # One flat level: the line is the mean final (0.66, slope 0), and a record's leave-one-out
+  # offset is y - (sum - y) / 3 = (4 y - 2.64) / 3: -0.08, -0.16 / 3 for config g1 and
+  # 0.16 / 3, 0.08 for g2: each 0.04 / 3 from its label's mean (-0.2 / 3, 0.2 / 3), so the
+  # within variance is 2 * (0.04 / 3)^2 (1 dof per label).
+  def regime(finals):
+    return [_record(f'{g}_s{i}', 0.5, y, group=g, regime='r', method='m')
+            for i, (g, y) in enumerate(zip(('g1', 'g1', 'g2', 'g2'), finals))]
+  records = regime((0.60, 0.62, 0.70, 0.72))
+  within = 2 * (0.04 / 3) ** 2
+  tau2 = 2 * (0.2 / 3) ** 2 - within / 2
+  lam = within / tau2
+  target = _record('t', 0.5, None, group='g1', regime='r', method='m')
+  expected = 0.66 - (0.2 / 3) * 2 / (2 + lam)
+  assert predict_pooled(target, records) == pytest.approx(expected)
+  # Seeds agree and configs differ: the offset is kept almost whole (the fixed
+  # METHOD_SHRINKAGE = 4 would keep 2 / 6 of it).
+  assert 2 / (2 + lam) > 0.95
+  # Configs whose seeds scatter as much as the configs differ: no offset at all.
+  mixed = regime((0.60, 0.72, 0.62, 0.70))
+  assert predict_pooled(target, mixed) == pytest.approx(0.66)
 
 
 def test_a_run_outside_its_regimes_levels_is_not_shrunk_towards_them():

@@ -16,9 +16,14 @@ Point predictors (`PREDICTORS`), each fitted on calibration runs only:
 - pooled (the default; a hierarchical "joint law" over runs): with at least
   MIN_REGRESSION_RECORDS calibration runs of the run's own regime, final = a + b·flat by
   least squares over them (b clipped to [0, 1]: a run's prefix is a noisy estimate of its
-  level, so the forecast shrinks it towards the regime's), plus a method offset: the mean
-  leave-one-out residual of the regime's runs of the same method, shrunk by k/(k +
-  METHOD_SHRINKAGE) for k such runs. With MIN_REGIME_DRIFT_RECORDS to
+  level, so the forecast shrinks it towards the regime's), plus an offset: the mean
+  leave-one-out residual of the regime's other seeds of the run's config (when there are
+  MIN_GROUP_RECORDS of them), else of its method's runs, shrunk by k/(k + lambda) for k
+  such runs. lambda = within-group / between-group variance of those residuals over the
+  regime's configs (or methods), estimated from the calibration runs by one-way
+  random-effects moments (`offset_shrinkage`): offsets shrink little where configs
+  really differ and seeds agree, fully where they do not (METHOD_SHRINKAGE when too few
+  groups have two runs). With MIN_REGIME_DRIFT_RECORDS to
   MIN_REGRESSION_RECORDS - 1 runs of the regime, and otherwise over every calibration run:
   flat + s·median((final - flat)/s) with s = `residual_scale` (moves of runs at other
   levels, rescaled to this run's). A regime's runs count only when the run
@@ -73,8 +78,8 @@ MIN_SCALE = 0.1  # floor of the residual scale sqrt(p(1 - p)) (reached at p ~ 0.
 # finite 90% conformal interval needs), a regime median move this many.
 MIN_REGRESSION_RECORDS = 9
 MIN_REGIME_DRIFT_RECORDS = 4
-# pooled: a method offset estimated from k runs is shrunk by k / (k + METHOD_SHRINKAGE)
-# (pseudo-runs at offset 0: the method's effect is not known better than the run noise).
+# pooled: the fallback lambda of an offset's k / (k + lambda) shrinkage (pseudo-runs at
+# offset 0) when `offset_shrinkage` cannot estimate it (fewer than two groups of two runs).
 METHOD_SHRINKAGE = 4.0
 # A regime's runs calibrate a run only when its flat level lies within their flat levels'
 # range widened by this fraction of the range on each side (at least MIN_SUPPORT_MARGIN):
@@ -245,6 +250,33 @@ def matches_regime(target: PrefixFeatures, records: Sequence[PrefixFeatures]) ->
   return within_range(target.initial, initials)
 
 
+def loo_line_offsets(records: Sequence[PrefixFeatures]) -> np.ndarray:
+  """Each finished record's residual from the `shrinkage_line` fitted on the others."""
+  return np.array([record.actual - float(np.dot(shrinkage_line(records[:i] + records[i + 1:]),
+                                                (1.0, record.flat)))
+                   for i, record in enumerate(records)])
+
+
+def offset_shrinkage(offsets: Sequence[float], labels: Sequence[str]) -> float | None:
+  """lambda = sigma_w^2 / tau^2 of a one-way random-effects model offset = effect(label) +
+  noise, by the method of moments over the labels with at least two offsets: sigma_w^2 =
+  pooled within-label variance, tau^2 = variance of the label means minus the mean of
+  sigma_w^2 / k. A label's mean offset over k runs is then shrunk by k / (k + lambda) (its
+  posterior mean). inf when the means vary no more than their noise (tau^2 <= 0); None
+  when fewer than two labels have two offsets."""
+  offsets, labels = np.asarray(offsets, dtype=float), np.asarray(labels)
+  groups = [offsets[labels == label] for label in dict.fromkeys(labels.tolist())]
+  groups = [group for group in groups if group.size >= 2]
+  if len(groups) < 2:
+    return None
+  within = (sum(float(np.sum((group - group.mean()) ** 2)) for group in groups)
+            / sum(group.size - 1 for group in groups))
+  means = np.array([group.mean() for group in groups])
+  sizes = np.array([group.size for group in groups], dtype=float)
+  tau2 = float(np.var(means, ddof=1) - np.mean(within / sizes))
+  return within / tau2 if tau2 > 0 else math.inf
+
+
 def predict_pooled(target: PrefixFeatures, records: Sequence[PrefixFeatures]) -> float:
   known = [record for record in records if record.actual is not None]
   regime = [record for record in known if target.regime and record.regime == target.regime]
@@ -252,16 +284,21 @@ def predict_pooled(target: PrefixFeatures, records: Sequence[PrefixFeatures]) ->
     regime = []
   if len(regime) >= MIN_REGRESSION_RECORDS:
     a, b = shrinkage_line(regime)
-    same_method = [i for i, record in enumerate(regime)
-                   if target.method is not None and record.method == target.method]
     siblings = [i for i, record in enumerate(regime)
                 if target.group and record.group == target.group]
-    offsets = []
-    for i in siblings if len(siblings) >= MIN_GROUP_RECORDS else same_method:
-      a_i, b_i = shrinkage_line(regime[:i] + regime[i + 1:])
-      offsets.append(regime[i].actual - a_i - b_i * regime[i].flat)
-    k = len(offsets)
-    offset = float(np.mean(offsets)) * k / (k + METHOD_SHRINKAGE) if k else 0.0
+    if len(siblings) >= MIN_GROUP_RECORDS:
+      chosen, labels = siblings, [record.group for record in regime]
+    else:
+      chosen = [i for i, record in enumerate(regime)
+                if target.method is not None and record.method == target.method]
+      labels = [str(record.method) for record in regime]
+    k = len(chosen)
+    if not k:
+      return a + b * target.flat
+    offsets = loo_line_offsets(regime)
+    lam = offset_shrinkage(offsets, labels)
+    lam = METHOD_SHRINKAGE if lam is None else lam
+    offset = float(np.mean(offsets[chosen])) * (k / (k + lam) if math.isfinite(lam) else 0.0)
     return a + b * target.flat + offset
   if len(regime) >= MIN_REGIME_DRIFT_RECORDS:
     return scaled_drift(target, regime)
