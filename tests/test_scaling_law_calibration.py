@@ -562,3 +562,23 @@ def test_a_stop_on_thinned_readings_is_scored_against_the_full_runs_final():
   assert outcome['stop_step'] == 10
   assert outcome['saved'] == pytest.approx(0.5)
   assert outcome['loss'] == pytest.approx(0.04)
+
+
+def test_loo_line_offsets_equal_refitting_the_line_without_each_record():
+  from sgpo_jax.scaling_law.calibration import loo_line_offsets
+  rng = np.random.default_rng(0)
+  cases = [
+      # slopes inside [0, 1], clipped at 0 (falling finals) and at 1 (steep finals)
+      [(f, 0.3 + 0.5 * f + 0.02 * e) for f, e in zip(rng.uniform(0.4, 0.8, 12), rng.normal(size=12))],
+      [(f, 0.9 - f) for f in rng.uniform(0.4, 0.8, 6)],
+      [(f, 3 * f - 1) for f in rng.uniform(0.4, 0.8, 6)],
+      # one flat level: the mean of the others; and two records, one of them alone at its level
+      [(0.5, y) for y in (0.6, 0.62, 0.7)],
+      [(0.5, 0.6), (0.5, 0.7), (0.6, 0.8)],
+      [(0.5, 0.6), (0.6, 0.8)],
+  ]
+  for case in cases:
+    records = [_record(f'r{i}', flat, actual) for i, (flat, actual) in enumerate(case)]
+    refit = [r.actual - np.dot(shrinkage_line(records[:i] + records[i + 1:]), (1.0, r.flat))
+             for i, r in enumerate(records)]
+    np.testing.assert_allclose(loo_line_offsets(records), refit, atol=1e-12)
