@@ -39,3 +39,8 @@ if [ -d "$RUNS/default/sgpo_bayes_g24_seed4" ]; then
     --arms grpo,dapo,greso,knapsack,sgpo,dapo_g4,sgpo_bayes,sgpo_bayes_pooled,sgpo_bayes_cut,sgpo_bayes_g24 \
     --runs-dir "$RUNS" --results-dir "$HERE/default" --note "$NOTE"
 fi
+# small_pool, packed (seeds 0-4): --regimes small_pool --arms grpo,dapo,dapo_g4,sgpo_bayes,sgpo_bayes_g24
+# (GRESO and Knapsack were not rerun packed there; their unpacked results are in compare.md).
+python experiments/compare.py --analyse-only --regimes small_pool --seeds 0-4 \
+  --arms grpo,dapo,dapo_g4,sgpo_bayes,sgpo_bayes_g24 \
+  --runs-dir "$RUNS" --results-dir "$HERE/small_pool" --note "$NOTE"
