@@ -11,6 +11,8 @@
 #   confirmation, seeds 5-9 (and sgpo_bayes_g24 at 2-4): --regimes paper_like --seeds 5-9,2-4
 #     --arms grpo,dapo,greso,knapsack,dapo_g4,sgpo_bayes,sgpo_bayes_g24
 #   default: --regimes default --arms sgpo_bayes_g24 --seeds 0-4
+#   small_pool: --regimes small_pool --arms grpo,dapo,dapo_g4,sgpo_bayes,sgpo_bayes_g24
+#     --seeds 0-4 (GRESO and Knapsack were not rerun packed there; unpacked: compare.md)
 set -euo pipefail
 RUNS=${1:?packed runs dir}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -34,13 +36,9 @@ python experiments/compare.py --analyse-only --regimes paper_like --arms "$ARMS"
   --runs-dir "$RUNS" --results-dir "$HERE/paper_like_seeds0-9" --note "$NOTE (All 10 seeds.)"
 python experiments/bayes_diagnostics.py --runs-dir "$RUNS" --regime paper_like --arms "$ARMS" \
   --seeds 5-9 --out "$HERE/paper_like_seeds5-9/diagnostics.md"
-if [ -d "$RUNS/default/sgpo_bayes_g24_seed4" ]; then
-  python experiments/compare.py --analyse-only --regimes default --seeds 0-4 \
-    --arms grpo,dapo,greso,knapsack,sgpo,dapo_g4,sgpo_bayes,sgpo_bayes_pooled,sgpo_bayes_cut,sgpo_bayes_g24 \
-    --runs-dir "$RUNS" --results-dir "$HERE/default" --note "$NOTE"
-fi
-# small_pool, packed (seeds 0-4): --regimes small_pool --arms grpo,dapo,dapo_g4,sgpo_bayes,sgpo_bayes_g24
-# (GRESO and Knapsack were not rerun packed there; their unpacked results are in compare.md).
+python experiments/compare.py --analyse-only --regimes default --seeds 0-4 \
+  --arms grpo,dapo,greso,knapsack,sgpo,dapo_g4,sgpo_bayes,sgpo_bayes_pooled,sgpo_bayes_cut,sgpo_bayes_g24 \
+  --runs-dir "$RUNS" --results-dir "$HERE/default" --note "$NOTE"
 python experiments/compare.py --analyse-only --regimes small_pool --seeds 0-4 \
   --arms grpo,dapo,dapo_g4,sgpo_bayes,sgpo_bayes_g24 \
   --runs-dir "$RUNS" --results-dir "$HERE/small_pool" --note "$NOTE"
