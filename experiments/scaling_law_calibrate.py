@@ -43,7 +43,7 @@ from sgpo_jax.scaling_law.calibration import (
   prefix_features,
 )
 from sgpo_jax.scaling_law.conformal import interval_contains
-from sgpo_jax.scaling_law.early_stop import trend_stop_step
+from sgpo_jax.scaling_law.early_stop import bound_stop_index, trend_stop_step
 from sgpo_jax.scaling_law.runs import ACTUAL_FINAL_WINDOW, RunRecord, load_run, run_key
 from sgpo_jax.scaling_law.trajectory import FORMS, fit_trajectory, select_form
 
@@ -60,6 +60,14 @@ TREND_GRID = [dict(min_fraction=m, window_fraction=w, epsilon=e, confirm_evals=k
                    peak_tolerance=t)
               for m in (0.3, 0.4, 0.5, 0.6) for w in (0.3, 0.5) for e in (0.01, 0.02, 0.04)
               for k in (1, 2) for t in (None, 0.01, 0.02, 0.03, 0.05)]
+# Rule 'bound' (early_stop.bound_stop_index): checkpoint fractions, confidence of the
+# conformal upper bound, the loss bound delta and the peak guard.
+BOUND_GRID = [dict(fractions=fractions, confidence=confidence, delta=delta, peak_tolerance=t)
+              for fractions in ((0.4, 0.5, 0.6, 0.7), (0.5, 0.6, 0.7), (0.6, 0.7))
+              for confidence in (0.8, 0.9) for delta in (0.01, 0.02, 0.03, 0.04)
+              for t in (None, 0.01)]
+BOUND_FRACTIONS = tuple(sorted({f for setting in BOUND_GRID for f in setting['fractions']}))
+BOUND_CONFIDENCES = tuple(sorted({setting['confidence'] for setting in BOUND_GRID}))
 # The relaxed guarantee a setting is also chosen for: mean loss <= 1 point and at most this
 # share of runs losing more than 3 points.
 TARGET_SHARE_OVER_MAX = 0.05
@@ -286,6 +294,84 @@ def stop_outcome(run: RunRecord, setting: dict[str, float],
           'loss': run.actual_final - at_stop}
 
 
+def bound_checkpoints(evals: list[dict[str, Any]], leave_out: str = ''
+                      ) -> list[dict[float, dict[str, Any]]]:
+  """Per run and BOUND_FRACTIONS fraction f: the last reading at or before f of the run, the
+  best reading so far and, per BOUND_CONFIDENCES, the upper end of the calibrated interval
+  of the final value forecast from that prefix (pooled predictor and conformal scores from
+  the other runs' prefixes at f; never the run itself, and with `leave_out` 'group' or
+  'seed_group' no run of its config or of its regime and seed either)."""
+  if leave_out not in ('', 'group', 'seed_group'):
+    raise ValueError(f"leave_out={leave_out!r}: use '', 'group' or 'seed_group'")
+  features = {f: [prefix_features(run['eval'], f, forms=(), group=run[leave_out or 'group'],
+                                  regime=run['regime']) for run in evals]
+              for f in BOUND_FRACTIONS}
+  leave_out_group = bool(leave_out)
+  sets = {f: CalibrationSet(records, 'validation runs') for f, records in features.items()}
+  points = []
+  for i, run in enumerate(evals):
+    record, row = run['eval'], {}
+    for f in BOUND_FRACTIONS:
+      target = features[f][i]
+      seen = record.steps <= target.observed_until_step + 1e-9
+      trained = seen & (record.steps > 0)
+      row[f] = {'step': target.observed_until_step, 'reading': float(record.values[seen][-1]),
+                'best': float(np.max(record.values[trained])) if trained.any()
+                else float(record.values[seen][-1]),
+                'upper': {c: calibrated_forecast(target, sets[f], confidence=c,
+                                                 leave_out_group=leave_out_group).interval[1]
+                          for c in BOUND_CONFIDENCES}}
+    points.append(row)
+  return points
+
+
+def bound_outcome(run: RunRecord, points: dict[float, dict[str, Any]],
+                  setting: dict[str, Any]) -> dict[str, Any]:
+  """Rule 'bound' with `setting` on one run's checkpoints, scored as `stop_outcome`."""
+  rows = [points[f] for f in setting['fractions']]
+  index = bound_stop_index([r['reading'] for r in rows],
+                           [r['upper'][setting['confidence']] for r in rows],
+                           delta=setting['delta'], bests=[r['best'] for r in rows],
+                           peak_tolerance=setting['peak_tolerance'])
+  if index is None:
+    return {'stop_step': None, 'saved': 0.0, 'loss': 0.0}
+  stop = rows[index]
+  return {'stop_step': stop['step'], 'saved': 1 - stop['step'] / run.total_steps,
+          'loss': run.actual_final - stop['reading']}
+
+
+def bound_study(evals: list[dict[str, Any]]) -> dict[str, Any]:
+  """Rule 'bound' on every run for BOUND_GRID (leave-one-run-out forecasts), and out of
+  sample as for 'trend': the setting chosen on the other config groups or seed groups, and
+  scored on the held-out one, with forecasts that leave the same group out."""
+  grids = {}
+  for leave_out in ('', 'group', 'seed_group'):
+    points = bound_checkpoints(evals, leave_out)
+    grids[leave_out] = [
+        {'setting': setting, 'outcomes': [bound_outcome(run['eval'], row, setting)
+                                          for run, row in zip(evals, points)]}
+        for setting in BOUND_GRID]
+    for entry in grids[leave_out]:
+      entry.update(summarise_stops(entry['outcomes']))
+  held_out = choose_out_of_sample(evals, grids['group'], meets)
+  held_out_seed = choose_out_of_sample(evals, grids['seed_group'], meets, key='seed_group')
+  relaxed = {key: choose_out_of_sample(evals, grids[key], meets_relaxed, key=key)
+             for key in ('group', 'seed_group')}
+  def jsonable(setting):
+    return {**setting, 'fractions': list(setting['fractions'])}
+  def clean(rows):
+    return [{**row, 'setting': jsonable(row['setting']) if row['setting'] else None}
+            for row in rows]
+  return {'grid': [{**{k: v for k, v in entry.items() if k != 'outcomes'},
+                    'setting': jsonable(entry['setting'])} for entry in grids['']],
+          'held_out': clean(held_out), 'held_out_summary': summarise_stops(held_out),
+          'held_out_seed': clean(held_out_seed),
+          'held_out_seed_summary': summarise_stops(held_out_seed),
+          'held_out_relaxed': {key: clean(rows) for key, rows in relaxed.items()},
+          'held_out_relaxed_summary': {key: summarise_stops(rows)
+                                       for key, rows in relaxed.items() if rows}}
+
+
 def thin_readings(run: RunRecord, spacing: float) -> RunRecord:
   """The run as if it had been evaluated every `spacing` of its steps: its first reading,
   then at each multiple of spacing·total_steps the first reading at or after it (each reading
@@ -341,7 +427,7 @@ def choose_out_of_sample(evals: list[dict[str, Any]], grid: list[dict[str, Any]]
                          accept, key: str = 'group') -> list[dict[str, Any]]:
   """For each group (`key`: config group or seed group): the grid setting that saves most on
   the other groups among those `accept` admits there (none: never stop), scored on the
-  held-out group."""
+  held-out group (its outcome in the grid entry: `outcomes[i]` is evals[i]'s)."""
   held_out = []
   for group in sorted({run[key] for run in evals}):
     inside = [i for i, run in enumerate(evals) if run[key] != group]
@@ -349,10 +435,10 @@ def choose_out_of_sample(evals: list[dict[str, Any]], grid: list[dict[str, Any]]
     for entry in grid:
       summary = summarise_stops([entry['outcomes'][i] for i in inside])
       if accept(summary) and (best is None or summary['saved_mean'] > best[1]):
-        best = (entry['setting'], summary['saved_mean'])
-    for run in evals:
+        best = (entry['setting'], summary['saved_mean'], entry)
+    for i, run in enumerate(evals):
       if run[key] == group:
-        outcome = (stop_outcome(run['eval'], best[0]) if best is not None
+        outcome = (best[2]['outcomes'][i] if best is not None
                    else {'stop_step': None, 'saved': 0.0, 'loss': 0.0})
         held_out.append({'run': run['name'], 'regime': run['regime'], 'group': group,
                          'setting': best[0] if best else None, **outcome})
@@ -406,7 +492,8 @@ def early_stop_study(runs: list[dict[str, Any]]) -> dict[str, Any]:
           'default': DEFAULT_TREND, 'default_outcomes': default_outcomes,
           'cadences': cadence_study(evals),
           'default_summary': summarise_stops(default_outcomes) if default_outcomes else {},
-          'reading_noise_median': sigma, 'noise_worst_loss': float(noise_worst)}
+          'reading_noise_median': sigma, 'noise_worst_loss': float(noise_worst),
+          'bound': bound_study(evals)}
 
 
 def form_study(runs: list[dict[str, Any]], plots: Path) -> list[dict[str, Any]]:
@@ -486,6 +573,75 @@ def plot_forms(runs: list[dict[str, Any]], plots: Path) -> None:
       figure.tight_layout()
       figure.savefig(plots / form_plot_name(regime, metric), dpi=100)
       plt.close(figure)
+
+
+def pareto_front(grid: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  """The grid entries with mean loss within target that no other such entry beats on both
+  steps saved and worst loss, by worst loss."""
+  admitted = [entry for entry in grid if entry['loss_mean'] <= TARGET_MEAN_LOSS]
+  front = [entry for entry in admitted
+           if not any(other['saved_mean'] >= entry['saved_mean']
+                      and other['loss_max'] <= entry['loss_max']
+                      and (other['saved_mean'], -other['loss_max'])
+                      != (entry['saved_mean'], -entry['loss_max']) for other in admitted)]
+  return sorted(front, key=lambda entry: entry['loss_max'])
+
+
+def _stop_line(label: str, s: dict[str, Any]) -> str:
+  return (f"- {label}: stopped {s['stopped']}/{s['n']}, saved {s['saved_mean']:.1%} of steps, "
+          f"mean loss {s['loss_mean'] * 100:.2f} points, {s['share_over_max']:.1%} of runs lose "
+          f"> {TARGET_MAX_LOSS * 100:.0f} points, worst {s['loss_max'] * 100:.2f} points.")
+
+
+def bound_report(bound: dict[str, Any], trend: dict[str, Any]) -> list[str]:
+  """The report's section on rule 'bound', next to the 'trend' rule's numbers."""
+  lines = ['', '## Early stopping on a calibrated bound (rule `bound`, replay only)', '',
+           'Rule: at each checkpoint fraction of the run (`fractions`), forecast the final '
+           'value from the prefix with the pooled predictor and its conformal interval at '
+           '`confidence`, fitted on the other runs\' prefixes at the same fraction; stop at the '
+           'first checkpoint whose upper bound is at most `delta` above the reading there '
+           '(with `peak_tolerance`, also no more than that below the best reading so far). '
+           'The forecaster knows how the other runs of the regime (and the other seeds of the '
+           'config) moved after that point, which a run\'s own trend cannot. Out of sample as '
+           'for `trend`, with forecasts that leave the held-out group out too. '
+           'Same losses, targets and runs as above.', '']
+  for label, name in (('config groups', 'held_out_summary'),
+                      ('seed groups', 'held_out_seed_summary')):
+    if bound.get(name):
+      lines.append(_stop_line(f'Out of sample (setting chosen on the other {label}, the loss '
+                              'targets met there)', bound[name]))
+  for label, key in (('config groups', 'group'), ('seed groups', 'seed_group')):
+    s = bound['held_out_relaxed_summary'].get(key)
+    if s:
+      lines.append(_stop_line(f'Out of sample (setting chosen on the other {label} for mean '
+                              f'loss <= {TARGET_MEAN_LOSS * 100:.0f} point and at most '
+                              f'{TARGET_SHARE_OVER_MAX:.0%} of runs losing > '
+                              f'{TARGET_MAX_LOSS * 100:.0f} points there)', s))
+  best_trend = [entry for entry in pareto_front(trend['grid'])
+                if entry['saved_mean'] >= TARGET_SAVED]
+  best_bound = [entry for entry in pareto_front(bound['grid'])
+                if entry['saved_mean'] >= TARGET_SAVED]
+  if best_trend and best_bound:
+    lines.append(f"- In sample, the least worst loss at >= {TARGET_SAVED:.0%} of steps saved: "
+                 f"`bound` {best_bound[0]['loss_max'] * 100:.2f} points "
+                 f"({best_bound[0]['saved_mean']:.1%} saved), `trend` "
+                 f"{best_trend[0]['loss_max'] * 100:.2f} points "
+                 f"({best_trend[0]['saved_mean']:.1%} saved).")
+  lines += ['', f"In sample, every run: the `bound` settings of the {len(bound['grid'])}-setting "
+            'grid that no other beats on both steps saved and worst loss (leave-one-run-out '
+            'forecasts; mean loss <= 1 point):', '',
+            '| fractions | confidence | delta | peak_tolerance | stopped | saved | mean loss (pt) '
+            '| runs losing > 3 pt | worst loss (pt) | meets loss targets |',
+            '|---|---|---|---|---|---|---|---|---|---|']
+  for entry in pareto_front(bound['grid']):
+    setting = entry['setting']
+    lines.append(f"| {', '.join(f'{f:g}' for f in setting['fractions'])} | "
+                 f"{setting['confidence']} | {setting['delta']} | "
+                 f"{_fmt(setting['peak_tolerance'])} | {entry['stopped']}/{entry['n']} | "
+                 f"{entry['saved_mean']:.1%} | {entry['loss_mean'] * 100:.2f} | "
+                 f"{entry['share_over_max']:.1%} | {entry['loss_max'] * 100:.2f} | "
+                 f"{_fmt(meets(entry))} |")
+  return lines
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -667,14 +823,7 @@ def write_report(result: dict[str, Any], out: Path, stem: str = STEM) -> Path:
             f"{stop['noise_worst_loss'] * 100:.1f} points in the worst of "
             f"{stop['default_summary'].get('n', 0)} runs: the worst-case target is below the "
             'noise of a single eval reading.']
-  pareto = [entry for entry in stop['grid'] if entry['loss_mean'] <= TARGET_MEAN_LOSS
-            and not any(other['loss_mean'] <= TARGET_MEAN_LOSS
-                        and other['saved_mean'] >= entry['saved_mean']
-                        and other['loss_max'] <= entry['loss_max']
-                        and (other['saved_mean'], -other['loss_max'])
-                        != (entry['saved_mean'], -entry['loss_max'])
-                        for other in stop['grid'])]
-  pareto.sort(key=lambda entry: entry['loss_max'])
+  pareto = pareto_front(stop['grid'])
   lines += ['', f"In sample, every run: the settings of the {len(stop['grid'])}-setting grid "
             'that no other setting beats on both steps saved and worst loss (mean loss <= '
             f'{TARGET_MEAN_LOSS * 100:.0f} point; the whole grid is in the JSON):', '',
@@ -690,6 +839,8 @@ def write_report(result: dict[str, Any], out: Path, stem: str = STEM) -> Path:
                  f"{entry['saved_mean']:.1%} | {entry['loss_mean'] * 100:.2f} | "
                  f"{entry['share_over_max']:.1%} | {entry['loss_max'] * 100:.2f} | "
                  f"{_fmt(meets(entry))} |")
+  if stop.get('bound'):
+    lines += bound_report(stop['bound'], stop)
   lines += ['', '## Which trajectory form wins where', '',
             'Per regime and metric: how often each form has the lowest whole-run AICc, and the '
             'lowest error forecasting the last 30% of the run from its first 70%; median over '

@@ -582,3 +582,96 @@ def test_loo_line_offsets_equal_refitting_the_line_without_each_record():
     refit = [r.actual - np.dot(shrinkage_line(records[:i] + records[i + 1:]), (1.0, r.flat))
              for i, r in enumerate(records)]
     np.testing.assert_allclose(loo_line_offsets(records), refit, atol=1e-12)
+
+
+def test_bound_rule_by_hand():
+  from sgpo_jax.scaling_law.early_stop import bound_stop_index
+  readings = [0.60, 0.62, 0.61, 0.63]
+  uppers = [0.66, 0.645, 0.63, 0.64]
+  # upper - reading: 0.06, 0.025, 0.02, 0.01.
+  assert bound_stop_index(readings, uppers, delta=0.03) == 1
+  assert bound_stop_index(readings, uppers, delta=0.02) == 2
+  assert bound_stop_index(readings, uppers, delta=0.005) is None
+  # Peak guard: the best so far is 0.625 at checkpoints 1-2; a tolerance of 0.01 refuses 0.61
+  # (checkpoint 2) and takes checkpoint 3 (0.63, the best).
+  bests = [0.60, 0.625, 0.625, 0.63]
+  assert bound_stop_index(readings, uppers, delta=0.02, bests=bests, peak_tolerance=0.01) == 3
+  assert bound_stop_index(readings, uppers, delta=0.02, bests=bests, peak_tolerance=0.02) == 2
+  # An infinite bound (too few calibration runs) never stops.
+  assert bound_stop_index([0.5], [math.inf], delta=0.04) is None
+  with pytest.raises(ValueError, match='2 readings but 1 upper bounds'):
+    bound_stop_index([0.5, 0.6], [0.7], delta=0.01)
+  with pytest.raises(ValueError, match='delta=-0.01'):
+    bound_stop_index(readings, uppers, delta=-0.01)
+  with pytest.raises(ValueError, match='peak_tolerance needs bests'):
+    bound_stop_index(readings, uppers, delta=0.01, peak_tolerance=0.01)
+
+
+def _bound_runs(late_final=0.66):
+  """12 runs of one regime, 11 readings each: config 'flat' stays at its level, config
+  'late' sits at the same level until step 60 and then rises to `late_final`."""
+  import dataclasses
+  steps = np.arange(0, 101, 10, dtype=float)
+  evals = []
+  for config in ('flat', 'late'):
+    for seed in range(6):
+      level = 0.60 + 0.002 * seed
+      values = np.full(11, level)
+      if config == 'late':
+        values[7:] = late_final + 0.002 * seed
+      record = dataclasses.replace(_run_record(steps, values, 100), name=f'{config}{seed}',
+                                   method=config, finished=True)
+      evals.append({'eval': record, 'name': record.name, 'regime': 'r', 'group': config,
+                    'seed_group': f'r/seed{seed}'})
+  return evals
+
+
+def test_bound_rule_waits_for_a_config_seen_to_rise_late_and_never_sees_its_own_run():
+  calibrate = _calibrate_script()
+  evals = _bound_runs()
+  points = calibrate.bound_checkpoints(evals)
+  late, flat = points[6], points[0]  # late0, flat0
+  # At half the run both read their level (0.600); the late config's other seeds rose by
+  # 0.06 after that point, so its bound is far above its reading, a flat run's is not.
+  assert late[0.5]['reading'] == pytest.approx(0.60) == flat[0.5]['reading']
+  assert late[0.5]['upper'][0.9] - late[0.5]['reading'] > 0.04
+  assert flat[0.5]['upper'][0.9] - flat[0.5]['reading'] < 0.04
+  setting = dict(fractions=(0.5, 0.6, 0.7), confidence=0.9, delta=0.04, peak_tolerance=None)
+  stop_flat = calibrate.bound_outcome(evals[0]['eval'], flat, setting)
+  assert stop_flat['stop_step'] == 50 and stop_flat['loss'] == pytest.approx(0.0)
+  # The late run is not stopped at 50 or 60; at 70 it reads its final level.
+  stop_late = calibrate.bound_outcome(evals[6]['eval'], late, setting)
+  assert stop_late['stop_step'] == 70 and stop_late['loss'] == pytest.approx(0.0)
+  # A run's own future never enters its bound: changing where late0 ends leaves its
+  # checkpoints' bounds as they were.
+  changed = _bound_runs()
+  changed[6]['eval'].values[7:] = 0.99
+  again = calibrate.bound_checkpoints(changed)
+  for f in (0.5, 0.6):
+    assert again[6][f]['upper'] == late[f]['upper']
+  # With the config left out, 6 runs remain: too few for a finite 90% interval (n < 9), so
+  # the bound is the metric's ceiling and the rule never stops there.
+  grouped = calibrate.bound_checkpoints(evals, leave_out='group')
+  assert grouped[6][0.5]['upper'][0.9] == 1.0
+  assert calibrate.bound_outcome(evals[6]['eval'], grouped[6], setting)['stop_step'] is None
+  # With its seed group (flat0 and late0) left out, the other late seeds still tell.
+  by_seed = calibrate.bound_checkpoints(evals, leave_out='seed_group')
+  assert by_seed[6][0.5]['upper'][0.9] - by_seed[6][0.5]['reading'] > 0.04
+  assert calibrate.bound_outcome(evals[6]['eval'], by_seed[6], setting)['stop_step'] == 70
+  with pytest.raises(ValueError, match="leave_out='config'"):
+    calibrate.bound_checkpoints(evals, leave_out='config')
+
+
+def test_out_of_sample_choice_scores_the_held_out_group_with_the_chosen_setting():
+  calibrate = _calibrate_script()
+  evals = [{'name': f'r{i}', 'regime': 'x', 'group': 'ab'[i // 2]} for i in range(4)]
+  def outcome(loss, saved):
+    return {'stop_step': 1, 'saved': saved, 'loss': loss}
+  # Setting 'risky' saves most but loses 5 points on group a's runs; 'safe' meets the
+  # targets everywhere. Held out a: chosen on b, where risky meets them (and saves more).
+  grid = [{'setting': 'risky', 'outcomes': [outcome(0.05, 0.6), outcome(0.0, 0.6),
+                                            outcome(0.0, 0.6), outcome(0.0, 0.6)]},
+          {'setting': 'safe', 'outcomes': [outcome(0.0, 0.3)] * 4}]
+  rows = calibrate.choose_out_of_sample(evals, grid, calibrate.meets)
+  assert [row['setting'] for row in rows] == ['risky', 'risky', 'safe', 'safe']
+  assert [row['loss'] for row in rows] == [0.05, 0.0, 0.0, 0.0]
