@@ -92,7 +92,7 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
                                       'sgpo_bayes.epoch_cut': 0.3}),
     # sgpo_bayes allowed G=2 as well: cheaper steps under the packed train step, where
     # padded rows cost nothing (chosen on seeds 0-1 among G {4}, {2,4}, {4} with 3 rounds
-    # and train.mu=2; then measured on fresh seeds 5-9: experiments/results/compare_packed_confirm/).
+    # and train.mu=2; then measured on fresh seeds 5-19: experiments/results/compare_packed_confirm/).
     'sgpo_bayes_g24': ('sgpo_bayes', {'sgpo_bayes.group_sizes': (2, 4)}),
 }
 ARM_NOTES = {
