@@ -39,6 +39,7 @@ from sgpo_jax.scaling_law.calibration import (
   PREDICTORS,
   CalibrationSet,
   calibrated_forecast,
+  calibrated_forecasts,
   metric_is_bounded,
   prefix_features,
 )
@@ -318,9 +319,9 @@ def bound_checkpoints(evals: list[dict[str, Any]], leave_out: str = ''
       row[f] = {'step': target.observed_until_step, 'reading': float(record.values[seen][-1]),
                 'best': float(np.max(record.values[trained])) if trained.any()
                 else float(record.values[seen][-1]),
-                'upper': {c: calibrated_forecast(target, sets[f], confidence=c,
-                                                 leave_out_group=leave_out_group).interval[1]
-                          for c in BOUND_CONFIDENCES}}
+                'upper': {result.confidence: result.interval[1] for result in
+                          calibrated_forecasts(target, sets[f], confidences=BOUND_CONFIDENCES,
+                                               leave_out_group=leave_out_group)}}
     points.append(row)
   return points
 
@@ -435,13 +436,13 @@ def choose_out_of_sample(evals: list[dict[str, Any]], grid: list[dict[str, Any]]
     for entry in grid:
       summary = summarise_stops([entry['outcomes'][i] for i in inside])
       if accept(summary) and (best is None or summary['saved_mean'] > best[1]):
-        best = (entry['setting'], summary['saved_mean'], entry)
+        best = (entry, summary['saved_mean'])
     for i, run in enumerate(evals):
       if run[key] == group:
-        outcome = (best[2]['outcomes'][i] if best is not None
+        outcome = (best[0]['outcomes'][i] if best is not None
                    else {'stop_step': None, 'saved': 0.0, 'loss': 0.0})
         held_out.append({'run': run['name'], 'regime': run['regime'], 'group': group,
-                         'setting': best[0] if best else None, **outcome})
+                         'setting': best[0]['setting'] if best else None, **outcome})
   return held_out
 
 

@@ -675,3 +675,15 @@ def test_out_of_sample_choice_scores_the_held_out_group_with_the_chosen_setting(
   rows = calibrate.choose_out_of_sample(evals, grid, calibrate.meets)
   assert [row['setting'] for row in rows] == ['risky', 'risky', 'safe', 'safe']
   assert [row['loss'] for row in rows] == [0.05, 0.0, 0.0, 0.0]
+
+
+def test_calibrated_forecasts_at_several_confidences_equal_one_call_each():
+  from sgpo_jax.scaling_law.calibration import calibrated_forecasts
+  records = [_record(f'r{i}', 0.5 + 0.01 * i, 0.55 + 0.013 * i, regime='r') for i in range(12)]
+  calibration = CalibrationSet(records)
+  target = _record('r3', 0.53, 0.6, regime='r')
+  both = calibrated_forecasts(target, calibration, predictor='pooled', confidences=(0.8, 0.9))
+  for result, confidence in zip(both, (0.8, 0.9)):
+    assert result == calibrated_forecast(target, calibration, predictor='pooled',
+                                         confidence=confidence)
+  assert both[0].half_width < both[1].half_width

@@ -449,6 +449,16 @@ def calibrated_forecast(target: PrefixFeatures, calibration: CalibrationSet, *,
                         leave_out_group: bool = False) -> CalibratedForecast:
   """Forecast `target`'s final value from calibration runs: never `target` itself, and with
   `leave_out_group` no run of its group (the other seeds of its config) either."""
+  return calibrated_forecasts(target, calibration, predictor=predictor,
+                              confidences=(confidence,), leave_out_group=leave_out_group)[0]
+
+
+def calibrated_forecasts(target: PrefixFeatures, calibration: CalibrationSet, *,
+                         predictor: str = DEFAULT_PREDICTOR,
+                         confidences: Sequence[float] = (0.9,),
+                         leave_out_group: bool = False) -> list[CalibratedForecast]:
+  """`calibrated_forecast` at each of `confidences`, the point forecast and the conformal
+  scores (n leave-one-out forecasts) computed once."""
   pool = calibration.without(target.run, target.group if leave_out_group else '')
   records, description = pool.select(target.metric, target.observe_fraction, target.method,
                                      target.regime, target)
@@ -456,7 +466,8 @@ def calibrated_forecast(target: PrefixFeatures, calibration: CalibrationSet, *,
   bounds = METRIC_BOUNDS.get(target.metric, (-math.inf, math.inf))
   point = float(np.clip(point, *bounds))
   scores = normalised_scores(records, predictor, leave_out_group) * residual_scale(target)
-  return CalibratedForecast(
+  return [CalibratedForecast(
       predicted_final=point, interval=conformal_interval(point, scores, confidence, bounds),
       confidence=confidence, predictor=predictor, n_calibration=len(records),
       calibration=description, half_width=conformal_quantile(scores, confidence))
+          for confidence in confidences]
