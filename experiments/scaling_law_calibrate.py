@@ -45,7 +45,14 @@ from sgpo_jax.scaling_law.calibration import (
 )
 from sgpo_jax.scaling_law.conformal import interval_contains
 from sgpo_jax.scaling_law.early_stop import bound_stop_index, trend_stop_step
-from sgpo_jax.scaling_law.runs import ACTUAL_FINAL_WINDOW, RunRecord, load_run, run_key
+from sgpo_jax.scaling_law.runs import (
+  ACTUAL_FINAL_WINDOW,
+  RunRecord,
+  load_run,
+  record_from_dict,
+  record_to_dict,
+  run_key,
+)
 from sgpo_jax.scaling_law.trajectory import FORMS, fit_trajectory, select_form
 
 REPO = Path(__file__).resolve().parent.parent
@@ -133,6 +140,38 @@ def load_runs(run_dirs: list[Path]) -> list[dict[str, Any]]:
       except ValueError as error:
         print(f'[calibrate] {run_dir}: {error}', file=sys.stderr)
     runs.append(entry)
+  return runs
+
+
+# Version of the trajectories file (`dump_trajectories`); bump when its layout changes.
+TRAJECTORIES_VERSION = 1
+
+
+def dump_trajectories(runs: list[dict[str, Any]], path: Path) -> None:
+  """Every loaded run's identity and metric trajectories, so that this study (and new rules
+  or predictors) can be replayed with `--trajectories` once the run folders are gone."""
+  entries = [{'name': run['name'], 'dir': str(run['dir']), 'regime': run['regime'],
+              'group': run['group'], 'seed_group': run['seed_group'],
+              **{key: record_to_dict(run[key]) for key in ('eval', 'reward') if key in run}}
+             for run in runs]
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(json.dumps({'version': TRAJECTORIES_VERSION, 'runs': entries}))
+
+
+def load_trajectories(path: Path) -> list[dict[str, Any]]:
+  """The runs `dump_trajectories` wrote, as `load_runs` returns them."""
+  data = json.loads(path.read_text())
+  if not isinstance(data, dict) or data.get('version') != TRAJECTORIES_VERSION:
+    raise ValueError(f'{path}: not a trajectories file of version {TRAJECTORIES_VERSION} '
+                     '(write one with --dump-trajectories)')
+  runs = []
+  for entry in data['runs']:
+    run = {key: entry[key] for key in ('name', 'regime', 'group', 'seed_group')}
+    run['dir'] = Path(entry['dir'])
+    for key in ('eval', 'reward'):
+      if key in entry:
+        run[key] = record_from_dict(entry[key])
+    runs.append(run)
   return runs
 
 
@@ -872,7 +911,12 @@ def tally(rows: list[dict[str, Any]], key: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('run_dirs', nargs='+', type=Path, metavar='RUN_DIR')
+  parser.add_argument('run_dirs', nargs='*', type=Path, metavar='RUN_DIR')
+  parser.add_argument('--trajectories', nargs='+', type=Path, default=[], metavar='JSON',
+                      help='runs written by --dump-trajectories (instead of or next to '
+                           'RUN_DIRs): the study replayed without the run folders')
+  parser.add_argument('--dump-trajectories', type=Path, default=None, metavar='JSON',
+                      help="write every loaded run's trajectories here")
   parser.add_argument('--observe-fraction', type=float, default=0.3)
   parser.add_argument('--out', type=Path, default=DEFAULT_OUT)
   parser.add_argument('--stem', default=STEM,
@@ -892,8 +936,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.error('--carry-records needs --write-calibration')
   start = time.time()
   runs = load_runs([path for path in args.run_dirs if path.is_dir()])
+  for path in args.trajectories:
+    try:
+      runs += load_trajectories(path)
+    except (OSError, ValueError, KeyError) as error:
+      parser.error(f'--trajectories {path}: {error}')
   if not runs:
-    parser.error('no finished runs among RUN_DIRs')
+    parser.error('no finished runs among RUN_DIRs or --trajectories')
+  names = [run['name'] for run in runs]
+  repeated = sorted({name for name in names if names.count(name) > 1})
+  if repeated:
+    parser.error(f'runs given twice (as RUN_DIR or in --trajectories): {repeated[:5]}; a run '
+                 'must appear once, or leave-one-run-out would leak')
+  if args.dump_trajectories is not None:
+    dump_trajectories(runs, args.dump_trajectories)
   fractions = sorted(set(CALIBRATION_FRACTIONS if args.write_calibration else ())
                      | {args.observe_fraction})
   features = {}

@@ -20,6 +20,7 @@ from sgpo_jax.scaling_law.calibration import (
   offset_shrinkage,
   predict_drift,
   predict_pooled,
+  prefix_features,
   scaled_drift,
   shrinkage_line,
 )
@@ -687,3 +688,126 @@ def test_calibrated_forecasts_at_several_confidences_equal_one_call_each():
     assert result == calibrated_forecast(target, calibration, predictor='pooled',
                                          confidence=confidence)
   assert both[0].half_width < both[1].half_width
+
+
+def test_run_record_round_trips_through_json(tmp_path):
+  from sgpo_jax.scaling_law.runs import record_from_dict, record_to_dict
+  run = load_run(_budget_stopped_run(tmp_path), 'eval_accuracy')
+  assert np.isnan(run.flops_total[0])  # the step-0 eval from the summary has no FLOPs
+  back = record_from_dict(json.loads(json.dumps(record_to_dict(run))))
+  for field in ('run_dir', 'name', 'model', 'total_steps', 'metric', 'method', 'notes',
+                'length_source', 'finished', 'regime'):
+    assert getattr(back, field) == getattr(run, field), field
+  for field in ('steps', 'values', 'flops_total'):
+    np.testing.assert_array_equal(getattr(back, field), getattr(run, field))
+  assert prefix_features(back, 0.3) == prefix_features(run, 0.3)
+  with pytest.raises(ValueError, match=r"unknown fields \['colour'\], missing \['steps'\]"):
+    record_from_dict({**{k: v for k, v in record_to_dict(run).items() if k != 'steps'},
+                      'colour': 1})
+
+
+def _regime_calibration(tmp_path, flat, finals_by_group):
+  """A calibration file of one regime 'r', method 'm', every record at `flat`: per group
+  'sweep/<g>' its runs' finals."""
+  records = [_record(f'sweep/{g}_seed{i}', flat, y, method='m', group=f'sweep/{g}',
+                     regime='r')
+             for g, finals in finals_by_group.items() for i, y in enumerate(finals)]
+  path = tmp_path / 'calibration.json'
+  path.write_text(CalibrationSet(records, 'hand-made').to_json())
+  return path
+
+
+def test_cli_takes_the_offset_of_the_other_seeds_of_the_runs_config(tmp_path, monkeypatch,
+                                                                    capsys):
+  from sgpo_jax.scaling_law import calibration
+  from sgpo_jax.scaling_law.runs import config_group
+  monkeypatch.setattr(calibration, 'MIN_REGRESSION_RECORDS', 3)
+  monkeypatch.setattr(calibration, 'MIN_POOL_RECORDS', 3)
+  run = write_synthetic_run(tmp_path / 'sweep' / 'a_seed9', 'exponential',
+                            {'r0': 0.5, 'r_inf': 0.6, 'tau': 0.2}, 100, eval_every=5)
+  (run / 'config.json').write_text(json.dumps({'method': 'm', 'regime': 'r'}))
+  summary = json.loads((run / 'summary.json').read_text())
+  (run / 'summary.json').write_text(json.dumps({**summary, 'method': 'm'}))
+  assert config_group(run) == 'sweep/a'
+  flat = prefix_features(load_run(run, 'eval_accuracy'), 0.3).flat
+  # As in test_pooled_shrinks_sibling_offsets_by_the_estimated_ratio: one flat level, line
+  # = mean final 0.66; config a's offset -0.2 / 3 kept by 2 / (2 + lambda); the method's
+  # (all four runs) is 0.
+  path = _regime_calibration(tmp_path, flat, {'a': (0.60, 0.62), 'b': (0.70, 0.72)})
+  within = 2 * (0.04 / 3) ** 2
+  lam = within / (2 * (0.2 / 3) ** 2 - within / 2)
+  rows = {}
+  for group in ('auto', 'none', 'sweep/b'):
+    assert scaling_law_cli.main(['fit', str(run), '--no-plots', '--metric', 'eval_accuracy',
+                                 '--calibration', str(path), '--config-group', group]) == 0
+    rows[group] = json.loads(capsys.readouterr().out)
+  assert rows['auto']['predicted_final_reward'] == pytest.approx(
+      0.66 - (0.2 / 3) * 2 / (2 + lam), abs=1e-6)
+  assert rows['auto']['calibration_set']['config_group'] == 'sweep/a'
+  assert rows['auto']['calibration_set']['config_group_runs'] == 2
+  assert rows['none']['predicted_final_reward'] == pytest.approx(0.66, abs=1e-6)
+  assert rows['none']['calibration_set']['config_group_runs'] == 0
+  assert rows['sweep/b']['predicted_final_reward'] == pytest.approx(
+      0.66 + (0.2 / 3) * 2 / (2 + lam), abs=1e-6)
+  for row in rows.values():
+    assert row['interval_low'] <= row['predicted_final_reward'] <= row['interval_high']
+
+
+def _comparison_runs(tmp_path, seeds=(0, 1), arms=('grpo', 'dapo')):
+  runs = []
+  for seed in seeds:
+    for k, arm in enumerate(arms):
+      run = write_synthetic_run(tmp_path / 'default' / f'{arm}_seed{seed}', 'exponential',
+                                {'r0': 0.5, 'r_inf': 0.6 + 0.02 * k + 0.01 * seed,
+                                 'tau': 0.2}, 60, eval_every=3, seed=seed)
+      (run / 'config.json').write_text(json.dumps({'method': arm, 'regime': 'default'}))
+      runs.append(run)
+  return runs
+
+
+def test_calibration_study_replays_the_same_from_dumped_trajectories(tmp_path):
+  calibrate = _calibrate_script()
+  dirs = _comparison_runs(tmp_path)
+  runs = calibrate.load_runs(dirs)
+  path = tmp_path / 'trajectories.json'
+  calibrate.dump_trajectories(runs, path)
+  back = calibrate.load_trajectories(path)
+  assert [run['name'] for run in back] == [run['name'] for run in runs]
+  for run, again in zip(runs, back):
+    for key in ('name', 'regime', 'group', 'seed_group'):
+      assert again[key] == run[key]
+    for key in ('eval', 'reward'):
+      assert prefix_features(again[key], 0.3) == prefix_features(run[key], 0.3)
+  assert calibrate.stop_outcome(back[0]['eval'], calibrate.DEFAULT_TREND) == \
+      calibrate.stop_outcome(runs[0]['eval'], calibrate.DEFAULT_TREND)
+  path.write_text(json.dumps({'version': 0, 'runs': []}))
+  with pytest.raises(ValueError, match='not a trajectories file of version 1'):
+    calibrate.load_trajectories(path)
+
+
+def _fresh_script():
+  _calibrate_script()
+  import importlib
+  return importlib.import_module('scaling_law_fresh')
+
+
+def test_fresh_test_scores_only_complete_seeds_and_refuses_calibration_runs(tmp_path, capsys):
+  fresh = _fresh_script()
+  calibrate = _calibrate_script()
+  dirs = _comparison_runs(tmp_path, seeds=(5, 6, 7))
+  runs = calibrate.load_runs([d for d in dirs if d.name != 'dapo_seed6'])
+  kept, seeds = fresh.complete_seeds(runs)
+  assert seeds['seeds'] == ['seed5', 'seed7']
+  assert seeds['dropped'] == {'seed6': ['default/dapo']}
+  assert sorted(run['name'] for run in kept) == [
+      'default/dapo_seed5', 'default/dapo_seed7', 'default/grpo_seed5', 'default/grpo_seed7']
+  # A run that is in the calibration set is not fresh: refused before anything is scored.
+  path = _regime_calibration(tmp_path, 0.55, {'x': (0.6, 0.6)})
+  data = json.loads(path.read_text())
+  data['records'][0]['run'] = 'default/grpo_seed5'
+  path.write_text(json.dumps(data))
+  with pytest.raises(SystemExit):
+    fresh.main([str(d) for d in dirs] + ['--calibration', str(path), '--out',
+                                         str(tmp_path / 'out')])
+  assert "['default/grpo_seed5'] are in the calibration set" in capsys.readouterr().err
+  assert not (tmp_path / 'out').exists()

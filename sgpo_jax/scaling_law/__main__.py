@@ -11,9 +11,10 @@ experiments/scaling_law_calibrate.py, or finished run folders like yours; `none`
 curve alone with its uncalibrated parameter-noise interval).
 
 Prints one JSON line per run to stdout (model, params, metric, form,
-predicted_final_reward, interval_low/high, calibration_set, actual_final_reward, abs_error,
-curve_final_reward, predicted_plateau_step, recommended_stop_step, and zero-shot fields
-when >= 2 runs report a model size); the joint law goes to stderr as one JSON line and to
+predicted_final_reward, interval_low/high, calibration_set (with the config group whose
+seeds were used), actual_final_reward, abs_error, curve_final_reward,
+predicted_plateau_step, recommended_stop_step, and zero-shot fields when >= 2 runs report a
+model size); the joint law goes to stderr as one JSON line and to
 OUT/joint_law.json. One PNG per run goes to RUN_DIR/plots/ or --out. Exit status 1 when no
 run could be forecast.
 """
@@ -27,10 +28,15 @@ from pathlib import Path
 from typing import Sequence
 
 from sgpo_jax.scaling_law.calibration import DEFAULT_PREDICTOR, PREDICTORS, CalibrationSet
-from sgpo_jax.scaling_law.runs import (AUTO_METRIC, METRICS, calibration_from_runs,
-                                       evaluate_runs, load_run, plot_forecast)
+from sgpo_jax.scaling_law.runs import (
+  AUTO_METRIC,
+  METRICS,
+  calibration_from_runs,
+  evaluate_runs,
+  load_run,
+  plot_forecast,
+)
 from sgpo_jax.scaling_law.trajectory import DEFAULT_FORMS, FORMS
-
 
 DEFAULT_CALIBRATION = Path(__file__).resolve().parent / 'calibration_runs.json'
 
@@ -54,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
   fit.add_argument('--predictor', choices=sorted(PREDICTORS), default=DEFAULT_PREDICTOR,
                    help=f'point forecast learnt on the calibration set (default '
                         f'{DEFAULT_PREDICTOR})')
+  fit.add_argument('--config-group', default='auto', metavar='GROUP',
+                   help="the runs' config group in the calibration set, whose other seeds "
+                        "the forecast takes its offset from: auto (default: '<parent "
+                        "folder>/<run folder without _seed<k>>', the sweeps' naming), none "
+                        '(use the offset of the method\'s runs), or a group name')
   fit.add_argument('--out', type=Path, default=None,
                    help='folder for plots and joint_law.json (default RUN_DIR/plots/)')
   fit.add_argument('--epsilon', type=float, default=0.01,
@@ -90,6 +101,15 @@ def read_calibration(sources: Sequence[str], runs, observe_fraction: float,
   return CalibrationSet(records, f'{len(sources)} run folders given with --calibration')
 
 
+def config_group_arg(value: str) -> str | None:
+  """--config-group as `evaluate_run`'s group: None for auto, '' for none."""
+  if value.lower() == 'auto':
+    return None
+  if value.lower() == 'none':
+    return ''
+  return value
+
+
 def run_fit(args: argparse.Namespace) -> int:
   forms = tuple(name.strip() for name in args.forms.split(',') if name.strip())
   if not 0 < args.observe_fraction <= 1:
@@ -104,7 +124,8 @@ def run_fit(args: argparse.Namespace) -> int:
   rows, forecasts, law = evaluate_runs(
       runs, args.observe_fraction, forms=forms, epsilon=args.epsilon,
       confidence=args.confidence, smoothing=args.smoothing, bounded=not args.unbounded,
-      calibration=calibration, predictor=args.predictor)
+      calibration=calibration, predictor=args.predictor,
+      groups=[config_group_arg(args.config_group)] * len(runs))
   for run, row, result in zip(runs, rows, forecasts):
     if result is not None and not args.no_plots:
       folder = args.out if args.out is not None else run.run_dir / 'plots'

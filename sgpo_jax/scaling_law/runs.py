@@ -27,19 +27,30 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from sgpo_jax.scaling_law.calibration import (DEFAULT_PREDICTOR, CalibrationSet,
-                                              calibrated_forecast, flat_level,
-                                              metric_is_bounded, prefix_features)
+from sgpo_jax.scaling_law.calibration import (
+  DEFAULT_PREDICTOR,
+  CalibrationSet,
+  calibrated_forecast,
+  flat_level,
+  metric_is_bounded,
+  prefix_features,
+)
 from sgpo_jax.scaling_law.forecasting import Forecast, forecast, forecast_zero_shot
 from sgpo_jax.scaling_law.joint_law import JointLaw, fit_joint_law
-from sgpo_jax.scaling_law.trajectory import (DEFAULT_FORMS, TrajectoryFit, fit_trajectory,
-                                             get_form, select_form)
+from sgpo_jax.scaling_law.trajectory import (
+  DEFAULT_FORMS,
+  TrajectoryFit,
+  fit_trajectory,
+  get_form,
+  select_form,
+)
 
 METRICS = ('reward_mean', 'eval_accuracy', 'reward_over_profile')
 AUTO_METRIC = 'auto'
@@ -106,6 +117,13 @@ def run_key(run_dir: str | Path) -> str:
   """'<parent folder>/<run folder>': how calibration sets name runs (to leave one out)."""
   path = Path(run_dir).resolve()
   return f'{path.parent.name}/{path.name}'
+
+
+def config_group(run_dir: str | Path) -> str:
+  """The run's config group as calibration sets name it: `run_key` without a trailing
+  `_seed<k>` (sweeps name a config's seeds `<config>_seed<k>`), so a run's forecast can use
+  the other seeds of its config."""
+  return re.sub(r'_seed\d+$', '', run_key(run_dir))
 
 
 def _read_rows(metrics_path: Path) -> list[dict[str, Any]]:
@@ -241,6 +259,36 @@ def load_run(run_dir: str | Path, metric: str = 'reward_mean') -> RunRecord:
                    regime=config['regime'] if isinstance(config.get('regime'), str) else '')
 
 
+def record_to_dict(run: RunRecord) -> dict[str, Any]:
+  """A RunRecord as JSON-ready data (`record_from_dict` inverts it): what a study needs to be
+  replayed without the run folder, e.g. once the runs are deleted."""
+  out = {}
+  for field in dataclasses.fields(RunRecord):
+    value = getattr(run, field.name)
+    if isinstance(value, np.ndarray):
+      value = [None if not math.isfinite(x) else float(x) for x in value.tolist()]
+    elif isinstance(value, Path):
+      value = str(value)
+    out[field.name] = value
+  return out
+
+
+def record_from_dict(data: dict[str, Any]) -> RunRecord:
+  """The RunRecord `record_to_dict` wrote (missing values in arrays come back as NaN)."""
+  names = {field.name for field in dataclasses.fields(RunRecord)}
+  unknown = sorted(set(data) - names)
+  missing = sorted(field.name for field in dataclasses.fields(RunRecord)
+                   if field.name not in data and field.default is dataclasses.MISSING
+                   and field.default_factory is dataclasses.MISSING)
+  if unknown or missing:
+    raise ValueError(f'run record {data.get("name")!r}: unknown fields {unknown}, missing '
+                     f'{missing}; pass what record_to_dict wrote')
+  fields = dict(data, run_dir=Path(data['run_dir']))
+  for key in ('steps', 'values', 'flops_total'):
+    fields[key] = np.array([float('nan') if x is None else x for x in data[key]], dtype=float)
+  return RunRecord(**fields)
+
+
 def _ci_list(interval: tuple[float, float]) -> list[float]:
   return [round(float(value), 6) for value in interval]
 
@@ -249,7 +297,8 @@ def evaluate_run(run: RunRecord, observe_fraction: float, *, law: JointLaw | Non
                  forms: Sequence[str] = DEFAULT_FORMS, epsilon: float = 0.01,
                  confidence: float = 0.9, smoothing: int = 0, bounded: bool = True,
                  calibration: CalibrationSet | None = None,
-                 predictor: str = DEFAULT_PREDICTOR) -> tuple[dict[str, Any], Forecast | None]:
+                 predictor: str = DEFAULT_PREDICTOR,
+                 group: str | None = None) -> tuple[dict[str, Any], Forecast | None]:
   """Forecasts a run from its first `observe_fraction` (of `run.total_steps`, the steps it
   took or will take) and, when it has finished, scores the forecast on its end.
 
@@ -257,7 +306,9 @@ def evaluate_run(run: RunRecord, observe_fraction: float, *, law: JointLaw | Non
   `calibration.calibrated_forecast` (a run never calibrates its own forecast); the curve's
   own extrapolation stays in `curve_final_reward`. Without one, they are the curve's, with
   its parameter-noise interval (not calibrated: it ignores form error and run-to-run
-  variation). Returns the report row (every field present, None where not computable,
+  variation). `group` is the run's config group in the calibration set (None:
+  `config_group` of its folder; '': none), whose other seeds the default predictor takes its
+  offset from (without one, from its method's runs). Returns the report row (every field present, None where not computable,
   `error` set when the prefix could not be fitted) and the curve forecast for plotting.
   With a `law` and a known model size the row also carries zero-shot and law-refined
   forecasts.
@@ -315,8 +366,9 @@ def evaluate_run(run: RunRecord, observe_fraction: float, *, law: JointLaw | Non
         row['error'] = None
   if calibration is not None:
     try:
+      group = config_group(run.run_dir) if group is None else group
       features = prefix_features(dataclasses.replace(run, name=run_key(run.run_dir)),
-                                 observe_fraction, forms=forms, bounded=bounded)
+                                 observe_fraction, forms=forms, bounded=bounded, group=group)
       result = calibrated_forecast(features, calibration, predictor=predictor,
                                    confidence=confidence)
       row.update({
@@ -325,6 +377,12 @@ def evaluate_run(run: RunRecord, observe_fraction: float, *, law: JointLaw | Non
           'interval_kind': f'split conformal over {result.n_calibration} runs',
           'observed_until_step': features.observed_until_step,
           'calibration_set': {'source': calibration.source, 'runs': result.n_calibration,
+                              'config_group': group,
+                              'config_group_runs': len({
+                                  record.run for record in calibration.records
+                                  if group and record.group == group
+                                  and record.metric == features.metric
+                                  and record.run != features.run}),
                               'description': result.calibration, 'predictor': predictor,
                               'half_width': (round(result.half_width, 6)
                                              if math.isfinite(result.half_width) else None)},
@@ -425,10 +483,13 @@ def evaluate_runs(runs: Sequence[RunRecord], observe_fraction: float, *,
                   forms: Sequence[str] = DEFAULT_FORMS, epsilon: float = 0.01,
                   confidence: float = 0.9, smoothing: int = 0, bounded: bool = True,
                   calibration: CalibrationSet | None = None,
-                  predictor: str = DEFAULT_PREDICTOR,
+                  predictor: str = DEFAULT_PREDICTOR, groups: Sequence[str | None] = (),
                   ) -> tuple[list[dict[str, Any]], list[Forecast | None], JointLaw | None]:
   """Report rows for every run; with >= 2 sized runs also zero-shot forecasts from the joint
-  law, fitted leave-one-out when there are >= 3 sized runs (in-sample with 2)."""
+  law, fitted leave-one-out when there are >= 3 sized runs (in-sample with 2). `groups`:
+  each run's config group (see `evaluate_run`; default None for every run)."""
+  if groups and len(groups) != len(runs):
+    raise ValueError(f'{len(groups)} groups for {len(runs)} runs: give one per run or none')
   sized = [i for i, run in enumerate(runs) if run.params_nonembed is not None]
   law = None
   laws: dict[int, JointLaw] = {}
@@ -451,7 +512,8 @@ def evaluate_runs(runs: Sequence[RunRecord], observe_fraction: float, *,
   for index, run in enumerate(runs):
     row, result = evaluate_run(run, observe_fraction, law=laws.get(index), forms=forms,
                                epsilon=epsilon, confidence=confidence, smoothing=smoothing,
-                               bounded=bounded, calibration=calibration, predictor=predictor)
+                               bounded=bounded, calibration=calibration, predictor=predictor,
+                               group=groups[index] if groups else None)
     if index in laws:
       row['zero_shot_mode'] = 'leave_one_out' if len(sized) >= 3 else 'in_sample'
     rows.append(row)
