@@ -79,7 +79,7 @@ def forecast_rows(runs: list[dict[str, Any]], calibration: CalibrationSet
       with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         flat = prefix_features(record, OBSERVE_FRACTION).flat
-        row = {'run': run['name'], 'regime': run['regime'], 'group': run['group'],
+        row = {'run': run['name'], 'regime': run['regime'], 'config': run['group'],
                'seed': seed_of(run), 'method': record.method, 'metric': record.metric,
                'total_steps': record.total_steps, 'flat': flat, 'actual': record.actual_final,
                'flat_err': abs(flat - record.actual_final)}
@@ -154,7 +154,9 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
       '`PLAN.md` (same folder). '
       f"{result['n_runs']} runs: regimes {', '.join(result['regimes'])}; "
       f"{len(seeds['configs'])} configs x seeds {', '.join(s.replace('seed', '') for s in seeds['seeds'])}"
-      + (f"; left out (a run missing): {seeds['dropped']}" if seeds['dropped'] else '')
+      + ('; left out, a run missing: ' + ', '.join(
+          f"{seed} ({len(missing)} of {len(seeds['configs'])} missing)"
+          for seed, missing in sorted(seeds['dropped'].items())) if seeds['dropped'] else '')
       + '. None of these runs is in the calibration set '
       f"(`{result['calibration']}`, seeds 0-4), and no predictor or setting was chosen on them.",
       '',
@@ -240,18 +242,19 @@ def main(argv: list[str] | None = None) -> int:
     groups = [('all', of_metric)]
     groups += [(f'method {m}', [r for r in of_metric if r['method'] == m])
                for m in sorted({str(r['method']) for r in of_metric})]
-    groups += [(f"config {g.split('/')[1]}", [r for r in of_metric if r['group'] == g])
-               for g in sorted({r['group'] for r in of_metric}) if g.endswith('sgpo_bayes_g24')]
+    groups += [(f'config {config}', [r for r in of_metric if r['config'] == config])
+               for config in sorted({r['config'] for r in of_metric})
+               if config.endswith('sgpo_bayes_g24')]  # in no calibration record
     groups += [(regime, [r for r in of_metric if r['regime'] == regime])
                for regime in sorted({r['regime'] for r in of_metric})]
     for label, members in groups:
       summaries.append({'metric': metric, 'label': label, **summarise(members, rng)})
   stops = stop_rows(runs)
   result = {
-      'command': ('PYTHONPATH=. python experiments/scaling_law_fresh.py '
-                  + (f'{len(args.run_dirs)} run folders' if args.run_dirs else '')
-                  + (' --trajectories ' + ' '.join(str(p) for p in args.trajectories)
-                     if args.trajectories else '')),
+      'command': ' '.join(['PYTHONPATH=. python experiments/scaling_law_fresh.py']
+                          + ([f'<{len(args.run_dirs)} run folders>'] if args.run_dirs else [])
+                          + (['--trajectories', *map(str, args.trajectories)]
+                             if args.trajectories else [])),
       'n_runs': len(runs), 'regimes': sorted({run['regime'] for run in runs}), 'seeds': seeds,
       'calibration': args.calibration.name, 'summaries': summaries, 'rows': rows,
       'trend_default': cal.DEFAULT_TREND, 'bound_setting': BOUND_SETTING, 'stops': stops,
