@@ -917,6 +917,8 @@ def main(argv: list[str] | None = None) -> int:
                            'RUN_DIRs): the study replayed without the run folders')
   parser.add_argument('--dump-trajectories', type=Path, default=None, metavar='JSON',
                       help="write every loaded run's trajectories here")
+  parser.add_argument('--dump-only', action='store_true',
+                      help='with --dump-trajectories: write them and stop (no study)')
   parser.add_argument('--observe-fraction', type=float, default=0.3)
   parser.add_argument('--out', type=Path, default=DEFAULT_OUT)
   parser.add_argument('--stem', default=STEM,
@@ -948,8 +950,13 @@ def main(argv: list[str] | None = None) -> int:
   if repeated:
     parser.error(f'runs given twice (as RUN_DIR or in --trajectories): {repeated[:5]}; a run '
                  'must appear once, or leave-one-run-out would leak')
+  if args.dump_only and args.dump_trajectories is None:
+    parser.error('--dump-only needs --dump-trajectories')
   if args.dump_trajectories is not None:
     dump_trajectories(runs, args.dump_trajectories)
+    if args.dump_only:
+      print(f'wrote {args.dump_trajectories} ({len(runs)} runs)', file=sys.stderr)
+      return 0
   fractions = sorted(set(CALIBRATION_FRACTIONS if args.write_calibration else ())
                      | {args.observe_fraction})
   features = {}
