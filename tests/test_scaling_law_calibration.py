@@ -811,3 +811,57 @@ def test_fresh_test_scores_only_complete_seeds_and_refuses_calibration_runs(tmp_
                                          str(tmp_path / 'out')])
   assert "['default/grpo_seed5'] are in the calibration set" in capsys.readouterr().err
   assert not (tmp_path / 'out').exists()
+
+
+def _transfer_script():
+  _calibrate_script()
+  import importlib
+  return importlib.import_module('scaling_law_stop_transfer')
+
+
+def test_transfer_stop_points_never_use_the_runs_own_seed():
+  transfer = _transfer_script()
+  evals = _bound_runs()
+  points = transfer.stop_points(evals, evals)
+  late = points[6]  # late0
+  # The other seeds of the late config rose after 60% of the run: late0's bound at half the
+  # run is far above its reading, flat0's is not.
+  assert late[0.5]['reading'] == pytest.approx(0.60)
+  assert late[0.5]['upper'][0.9] - late[0.5]['reading'] > 0.04
+  assert points[0][0.5]['upper'][0.9] - points[0][0.5]['reading'] < 0.04
+  # Its seed group (flat0, late0) never enters its forecasts: changing how both end leaves
+  # late0's bounds as they were; changing how another seed ends moves them.
+  changed = _bound_runs()
+  changed[0]['eval'].values[7:] = 0.9
+  changed[6]['eval'].values[7:] = 0.99
+  again = transfer.stop_points(changed[6:7], changed)[0]
+  assert again[0.5]['upper'] == late[0.5]['upper']
+  other = _bound_runs()
+  other[7]['eval'].values[7:] = 0.99  # late1
+  moved = transfer.stop_points(other[6:7], other)[0]
+  assert moved[0.5]['upper'][0.9] > late[0.5]['upper'][0.9] + 1e-6
+  setting = dict(fractions=(0.5, 0.6, 0.7), confidence=0.9, delta=0.04, peak_tolerance=None)
+  calibrate = _calibrate_script()
+  assert calibrate.bound_outcome(evals[0]['eval'], points[0], setting)['stop_step'] == 50
+  assert calibrate.bound_outcome(evals[6]['eval'], late, setting)['stop_step'] == 70
+
+
+def test_transfer_choice_and_refusal_of_a_seed_in_both_halves(tmp_path, capsys):
+  transfer = _transfer_script()
+  calibrate = _calibrate_script()
+  def entry(name, saved, worst):
+    return {'setting': name, 'saved_mean': saved, 'loss_mean': 0.0, 'loss_max': worst}
+  # The most saving entry that meets the targets (worst <= 3 points), not the most saving.
+  entries = [entry('a', 0.5, 0.031), entry('b', 0.35, 0.03), entry('c', 0.2, 0.0)]
+  assert transfer.choose(entries)['setting'] == 'b'
+  assert transfer.choose([entry('a', 0.5, 0.05)]) is None
+  dirs = _comparison_runs(tmp_path, seeds=(5, 6))
+  runs = calibrate.load_runs(dirs)
+  calibrate.dump_trajectories([r for r in runs if r['name'].endswith('seed5')],
+                              tmp_path / 'design.json')
+  calibrate.dump_trajectories(runs, tmp_path / 'test.json')
+  with pytest.raises(SystemExit):
+    transfer.main(['--design', str(tmp_path / 'design.json'), '--test',
+                   str(tmp_path / 'test.json'), '--out', str(tmp_path / 'out')])
+  assert "seed groups ['default/seed5'] are in both" in capsys.readouterr().err
+  assert not (tmp_path / 'out').exists()
