@@ -22,9 +22,10 @@ else  # trajectories.json is read whole before it is rewritten (with the same co
   PYTHONPATH=. python experiments/scaling_law_fresh.py --trajectories "$NEW/trajectories.json" \
     --out "$NEW"
 fi
-# 2. Seeds 5-14 together (its trajectories.json is both files' runs).
+# 2. Seeds 5-14 together.
 PYTHONPATH=. python experiments/scaling_law_fresh.py --trajectories "$FIRST" \
   "$NEW/trajectories.json" --out "$RESULTS/scaling_law_fresh_seeds5-14"
+rm "$RESULTS/scaling_law_fresh_seeds5-14/trajectories.json"  # the two files above, concatenated
 # 3. Rule 'bound' chosen on seeds 5-9, tested on seeds 10-14.
 PYTHONPATH=. python experiments/scaling_law_stop_transfer.py --design "$FIRST" \
   --test "$NEW/trajectories.json" --out "$HERE"
