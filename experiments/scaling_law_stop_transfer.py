@@ -41,6 +41,7 @@ from scaling_law_fresh import BOUND_SETTING as PLAN_SETTING
 
 from sgpo_jax.scaling_law.calibration import (CalibrationSet, PrefixFeatures,
                                               calibrated_forecasts, prefix_features)
+from sgpo_jax.scaling_law.early_stop import BoundStopper
 from sgpo_jax.scaling_law.runs import RunRecord
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,6 +97,34 @@ def stop_points(targets: list[dict[str, Any]], design: list[dict[str, Any]]
           'upper': {result.confidence: result.interval[1] for result in
                     calibrated_forecasts(target, pools[seed], confidences=CONFIDENCES)}}
   return points
+
+
+def calibration_set(design: list[dict[str, Any]], exclude_seed: str = '') -> CalibrationSet:
+  """The design runs' prefix features at every FRACTIONS fraction (minus one seed group): what
+  the trainer's rule 'bound' forecasts from (`early_stop.STOP_CALIBRATION_PATH` is this set
+  of the plan's design runs)."""
+  kept = [run for run in design if run['seed_group'] != exclude_seed]
+  return CalibrationSet([record for fraction in FRACTIONS for record in _features(kept, fraction)],
+                        'the 80 design runs of experiments/results/scaling_law_stop_transfer')
+
+
+def trainer_outcome(run: dict[str, Any], calibration: CalibrationSet, setting: dict[str, Any]
+                    ) -> dict[str, Any]:
+  """The trainer's `BoundStopper` fed the run's eval readings one by one (it decides at the
+  first reading at or after each fraction), scored as `cal.bound_outcome`."""
+  record: RunRecord = run['eval']
+  stopper = BoundStopper({'enabled': True, 'bound_fractions': setting['fractions'],
+                          'bound_confidence': setting['confidence'],
+                          'bound_delta': setting['delta'],
+                          'peak_tolerance': setting['peak_tolerance']},
+                         int(record.total_steps), calibration=calibration,
+                         method=record.method, regime=run['regime'], group=run['group'])
+  for step, value in zip(record.steps, record.values):
+    decision = stopper.update_row({'step': int(step), 'eval_accuracy': float(value)})
+    if decision is not None and decision.should_stop:
+      return {'stop_step': float(step), 'saved': 1 - step / record.total_steps,
+              'loss': record.actual_final - float(value)}
+  return {'stop_step': None, 'saved': 0.0, 'loss': 0.0}
 
 
 def grid_entries(evals: list[dict[str, Any]], points: list[dict[float, dict[str, Any]]]
@@ -190,6 +219,13 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
       lines.append(_line('**chosen on design**', test['chosen_summary']))
     lines.append(_line('setting of the first fresh test', test['plan_summary']))
     lines.append(_line('trend, trainer default', test['trend_summary']))
+    if test.get('trainer_summary'):
+      lines += ['', 'Added after the test (not in the plan): the chosen setting as the trainer '
+                'runs it (`early_stop.BoundStopper`, rule `bound`, fed each reading in turn '
+                'with `sgpo_jax/scaling_law/stop_calibration_runs.json`, the design runs): it '
+                'decides at the first reading at or after each fraction, where the replay '
+                'above takes the last at or before.', '', header, '|' + '---|' * 9,
+                _line('chosen, as the trainer runs it', test['trainer_summary'])]
     lines += ['', '## Per test run (chosen setting)', '',
               '| run | steps | stop step | saved | loss (points) |', '|---|---|---|---|---|']
     for row in test['chosen_rows']:
@@ -222,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
                       help='trajectories JSON files or run folders it is tested on')
   parser.add_argument('--out', type=Path, default=DEFAULT_OUT)
   parser.add_argument('--seed', type=int, default=0, help='bootstrap seed')
+  parser.add_argument('--write-calibration', type=Path, default=None, metavar='JSON',
+                      help="also write the design runs' calibration set for the trainer's "
+                           'rule bound (the shipped one: sgpo_jax/scaling_law/'
+                           'stop_calibration_runs.json)')
   args = parser.parse_args(argv)
   start = time.time()
   design, test = _load(args.design), _load(args.test)
@@ -259,17 +299,22 @@ def main(argv: list[str] | None = None) -> int:
     def outcomes(setting):
       return [cal.bound_outcome(run['eval'], row, setting) for run, row in zip(test, points)]
     chosen_outcomes = outcomes(chosen) if chosen else None
+    shipped = calibration_set(design)
     result['test'] = {
         'n_runs': len(test), 'seeds': _seeds(test),
         'chosen_summary': scored(test, chosen_outcomes, rng) if chosen else None,
         'plan_summary': scored(test, outcomes(PLAN_SETTING), rng),
         'trend_summary': scored(test, [cal.stop_outcome(r['eval'], cal.DEFAULT_TREND)
                                        for r in test], rng),
+        'trainer_summary': scored(test, [trainer_outcome(r, shipped, chosen) for r in test],
+                                  rng) if chosen else None,
         'chosen_rows': [dict(o, run=r['name'], total_steps=int(r['eval'].total_steps))
                         for r, o in zip(test, chosen_outcomes or [])]}
   args.out.mkdir(parents=True, exist_ok=True)
+  if args.write_calibration:
+    args.write_calibration.write_text(calibration_set(design).to_json())
   for half in ('design', 'test'):
-    for key in ('chosen_summary', 'nested', 'plan_summary', 'trend_summary'):
+    for key in ('chosen_summary', 'nested', 'plan_summary', 'trend_summary', 'trainer_summary'):
       block = result.get(half, {}).get(key)
       if block:
         for row in block['worst_runs']:

@@ -296,7 +296,12 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
            f'train.early_stop.min_fraction={es.min_fraction} must be in [0, 1].')
   _require(0 < es.confidence < 1,
            f'train.early_stop.confidence={es.confidence} must be in (0, 1).')
-  _choice('train.early_stop.rule', es.rule, ('forecast', 'trend'))
+  _choice('train.early_stop.rule', es.rule, ('bound', 'forecast', 'trend'))
+  if es.enabled and es.rule == 'bound':
+    from sgpo_jax.scaling_law import early_stop  # not at import: it pulls in the fitters
+    early_stop.check_bound_options(tuple(es.bound_fractions), es.bound_confidence,
+                                   es.bound_delta)
+    early_stop.load_stop_calibration(es.calibration)  # a missing file fails before compute
   _require(0 < es.window_fraction <= 1,
            f'train.early_stop.window_fraction={es.window_fraction} must be in (0, 1].')
   _require(es.confirm_evals >= 1,

@@ -306,6 +306,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.early_stop.confirm_evals = 1  # trend: flat at this many evals in a row
   # trend: stop only at an eval at most this far below the best eval so far (inf = off)
   c.train.early_stop.peak_tolerance = 0.01
+  # 'bound': at the first eval at or after each of bound_fractions of the run, stop once the
+  # calibrated upper bound (bound_confidence) of the final accuracy, forecast from the prefix
+  # and the runs of `calibration` ('' = the shipped 80 comparison runs), is within bound_delta
+  # of the reading. Met the targets on 80 runs of new seeds of the calibration set's configs
+  # (experiments/results/scaling_law_stop_transfer/); the run's config there is its
+  # `config_group` ('' = <parent folder>/<workdir without _seed<k>>, as sweeps name runs).
+  c.train.early_stop.bound_fractions = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75,
+                                        0.8)
+  c.train.early_stop.bound_confidence = 0.9
+  c.train.early_stop.bound_delta = 0.035
+  c.train.early_stop.calibration = ''
+  c.train.early_stop.config_group = ''
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every_steps = 50

@@ -53,6 +53,7 @@ from sgpo_jax import warm_start as warm_start_lib
 from sgpo_jax.continuous_sampling import ContinuousSampler
 from sgpo_jax.sampling import Sampler
 from sgpo_jax.scaling_law import early_stop as early_stop_lib
+from sgpo_jax.scaling_law import runs as scaling_law_runs
 
 ROLLOUT_STREAM = 0x5011
 EVAL_STREAM = 0xE7A1
@@ -291,9 +292,11 @@ def start_loop(su: Setup, rs: RunState) -> None:
   rs.last_eval = dict(rs.meta.get('last_eval', rs.meta['eval_initial']))
   rs.stop_reason = rs.meta.get('stop_reason')
   if su.config.train.early_stop.enabled:
-    rs.stopper = early_stop_lib.make_stopper(su.config.train.early_stop,
-                                             su.config.train.num_steps,
-                                             su.config.train.flops_budget)
+    es = su.config.train.early_stop
+    rs.stopper = early_stop_lib.make_stopper(
+        es, su.config.train.num_steps, su.config.train.flops_budget,
+        method=su.config.method, regime=su.config.regime,
+        group=es.get('config_group', '') or scaling_law_runs.config_group(su.workdir))
     for row in rs.writer.rows:  # replay the logged curve into a resumed stopper
       rs.stopper.observe_row(row)
 

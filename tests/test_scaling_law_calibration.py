@@ -865,3 +865,80 @@ def test_transfer_choice_and_refusal_of_a_seed_in_both_halves(tmp_path, capsys):
                    str(tmp_path / 'test.json'), '--out', str(tmp_path / 'out')])
   assert "seed groups ['default/seed5'] are in both" in capsys.readouterr().err
   assert not (tmp_path / 'out').exists()
+
+
+def _bound_config(**overrides):
+  return {'enabled': True, 'rule': 'bound', 'bound_fractions': (0.5, 0.6, 0.7),
+          'bound_confidence': 0.9, 'bound_delta': 0.04, 'peak_tolerance': None, **overrides}
+
+
+def test_trainer_bound_stopper_equals_the_replay_when_evals_fall_on_the_fractions():
+  from sgpo_jax.scaling_law.early_stop import BoundStopper
+  transfer = _transfer_script()
+  calibrate = _calibrate_script()
+  evals = _bound_runs()
+  setting = dict(fractions=(0.5, 0.6, 0.7), confidence=0.9, delta=0.04, peak_tolerance=None)
+  points = transfer.stop_points(evals, evals)
+  for i in (0, 3, 6, 9):  # flat0, flat3, late0, late3
+    run = evals[i]
+    calibration = transfer.calibration_set(evals, exclude_seed=run['seed_group'])
+    stopper = BoundStopper(_bound_config(), 100, calibration=calibration,
+                           method=run['eval'].method, regime='r', group=run['group'])
+    stop = None
+    for step, value in zip(run['eval'].steps, run['eval'].values):
+      decision = stopper.update_row({'step': int(step), 'eval_accuracy': float(value)})
+      if step < 50:
+        assert not decision.should_stop and 'no checkpoint due' in decision.reason
+      elif decision.should_stop:
+        stop = step
+        break
+    replay = calibrate.bound_outcome(run['eval'], points[i], setting)
+    assert stop == replay['stop_step'] == (50 if run['group'] == 'flat' else 70)
+    assert transfer.trainer_outcome(run, calibration, setting) == replay
+  # The decision names the bound and the calibration runs it came from.
+  assert 'checkpoint 0.7 of the run' in decision.reason and 'design runs' in decision.reason
+  assert decision.plateau_ci[1] - float(run['eval'].values[7]) <= 0.04
+
+
+def test_trainer_bound_stopper_decides_once_per_fraction_at_the_first_eval_past_it():
+  from sgpo_jax.scaling_law.calibration import CalibrationSet
+  from sgpo_jax.scaling_law.early_stop import BoundStopper, make_stopper
+  transfer = _transfer_script()
+  evals = _bound_runs()
+  calibration = transfer.calibration_set(evals[1:6] + evals[7:])
+  # Evals every 15 steps: the first at or after 50 is 60 (deciding 0.5 and 0.6 at once, from
+  # the prefix up to 0.6), then 75 for 0.7; 90 decides nothing.
+  stopper = BoundStopper(_bound_config(bound_delta=0.0), 100, calibration=calibration,
+                         method='flat', regime='r', group='flat')
+  due = {}
+  for step in range(0, 101, 15):
+    decision = stopper.update_row({'step': step, 'eval_accuracy': 0.6})
+    if ': checkpoint ' in decision.reason:
+      due[step] = decision.reason.split(': checkpoint ')[1].split(' ')[0]
+  assert due == {60: '0.6', 75: '0.7'}
+  # An empty calibration set gives an infinite bound (the metric's ceiling): never a stop.
+  empty = BoundStopper(_bound_config(), 100, calibration=CalibrationSet([], 'none'),
+                       method='flat', regime='r', group='flat')
+  assert not any(empty.update_row({'step': s, 'eval_accuracy': 0.6}).should_stop
+                 for s in range(0, 101, 10))
+  # make_stopper loads the shipped set; a bad setting is named.
+  shipped = make_stopper(_bound_config(bound_fractions=(0.3, 0.5)), 100, method='dapo',
+                         regime='default', group='default/dapo')
+  assert isinstance(shipped, BoundStopper) and len(shipped.calibration.records) == 80 * 11
+  with pytest.raises(ValueError, match=r'bound_fractions=\(0.5, 0.3\) must be increasing'):
+    make_stopper(_bound_config(bound_fractions=(0.5, 0.3)), 100)
+  with pytest.raises(ValueError, match="calibration='/nope.json' is not a file"):
+    make_stopper(_bound_config(calibration='/nope.json'), 100)
+
+
+def test_config_check_names_a_bad_bound_setting_before_compute():
+  from sgpo_jax import config_check
+  config = config_check.default_config()
+  config.train.early_stop.update(enabled=True, rule='bound')
+  config_check.check_config(config)  # the validated defaults and the shipped set
+  config.train.early_stop.update(bound_delta=-0.01)
+  with pytest.raises(ValueError, match='train.early_stop.bound_delta=-0.01 must be >= 0'):
+    config_check.check_config(config)
+  config.train.early_stop.update(bound_delta=0.035, calibration='/missing/runs.json')
+  with pytest.raises(ValueError, match="calibration='/missing/runs.json' is not a file"):
+    config_check.check_config(config)

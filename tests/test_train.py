@@ -281,3 +281,18 @@ def test_continuous_packed_run_matches_static_padded_run(tmp_path, monkeypatch):
     assert fast['useful_share_train'] > slow['useful_share_train']
     assert 0 < slow['useful_share_train'] < fast['useful_share_train'] <= 1
   assert runs['fast'][0]['loss'] == pytest.approx(runs['static'][0]['loss'], rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_bound_early_stop_forecasts_from_the_shipped_set_and_stops_the_loop(tmp_path):
+  config = tiny_run_config('grpo', num_steps=8)
+  config.grpo.group_size = 4
+  config.eval.every_steps = 1
+  config.train.early_stop.update(enabled=True, rule='bound', bound_fractions=(0.25, 0.5),
+                                 bound_delta=1.0, peak_tolerance=float('inf'))  # any bound
+  summary = train.run(config, str(tmp_path), show_progress=False)
+  # 0.25 of 8 steps is step 2: the first checkpoint, where a loss bound of 1 always holds.
+  assert summary['steps'] == 2
+  reason = summary['stop_reason']
+  assert reason.startswith('early stop at step 2: stop at step 2/8: checkpoint 0.25')
+  assert 'grpo runs of' in reason  # no runs of its regime or config: the method's

@@ -28,4 +28,5 @@ PYTHONPATH=. python experiments/scaling_law_fresh.py --trajectories "$FIRST" \
 rm "$RESULTS/scaling_law_fresh_seeds5-14/trajectories.json"  # the two files above, concatenated
 # 3. Rule 'bound' chosen on seeds 5-9, tested on seeds 10-14.
 PYTHONPATH=. python experiments/scaling_law_stop_transfer.py --design "$FIRST" \
-  --test "$NEW/trajectories.json" --out "$HERE"
+  --test "$NEW/trajectories.json" --out "$HERE" \
+  --write-calibration sgpo_jax/scaling_law/stop_calibration_runs.json
