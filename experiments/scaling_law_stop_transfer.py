@@ -225,7 +225,9 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
                 'with `sgpo_jax/scaling_law/stop_calibration_runs.json`, the design runs): it '
                 'decides at the first reading at or after each fraction, where the replay '
                 'above takes the last at or before.', '', header, '|' + '---|' * 9,
-                _line('chosen, as the trainer runs it', test['trainer_summary'])]
+                _line('chosen, as the trainer runs it', test['trainer_summary']),
+                _line("the same, the run's config left out of the calibration set",
+                      test['trainer_config_out_summary'])]
     lines += ['', '## Per test run (chosen setting)', '',
               '| run | steps | stop step | saved | loss (points) |', '|---|---|---|---|---|']
     for row in test['chosen_rows']:
@@ -308,13 +310,18 @@ def main(argv: list[str] | None = None) -> int:
                                        for r in test], rng),
         'trainer_summary': scored(test, [trainer_outcome(r, shipped, chosen) for r in test],
                                   rng) if chosen else None,
+        # A new config: none of its runs in the calibration set, the rest of its regime's are.
+        'trainer_config_out_summary': scored(test, [trainer_outcome(r, CalibrationSet(
+            [x for x in shipped.records if x.group != r['group']], shipped.source), chosen)
+            for r in test], rng) if chosen else None,
         'chosen_rows': [dict(o, run=r['name'], total_steps=int(r['eval'].total_steps))
                         for r, o in zip(test, chosen_outcomes or [])]}
   args.out.mkdir(parents=True, exist_ok=True)
   if args.write_calibration:
     args.write_calibration.write_text(calibration_set(design).to_json())
   for half in ('design', 'test'):
-    for key in ('chosen_summary', 'nested', 'plan_summary', 'trend_summary', 'trainer_summary'):
+    for key in ('chosen_summary', 'nested', 'plan_summary', 'trend_summary', 'trainer_summary',
+                'trainer_config_out_summary'):
       block = result.get(half, {}).get(key)
       if block:
         for row in block['worst_runs']:
