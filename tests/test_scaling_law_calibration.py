@@ -942,3 +942,27 @@ def test_config_check_names_a_bad_bound_setting_before_compute():
   config.train.early_stop.update(bound_delta=0.035, calibration='/missing/runs.json')
   with pytest.raises(ValueError, match="calibration='/missing/runs.json' is not a file"):
     config_check.check_config(config)
+
+
+def test_trainer_bound_stopper_resumed_from_its_log_decides_as_the_uninterrupted_one():
+  from sgpo_jax.scaling_law.early_stop import BoundStopper
+  transfer = _transfer_script()
+  evals = _bound_runs()
+  calibration = transfer.calibration_set(evals[1:6] + evals[7:])
+  run = evals[6]['eval']  # late0: continues at 0.5 and 0.6, stops at 0.7
+  steps = np.arange(0, 101, 5)  # evals every 5 steps: most decide nothing
+  rows = [{'step': int(s), 'eval_accuracy': float(v)}
+          for s, v in zip(steps, np.interp(steps, run.steps, run.values))]
+  def stopper():
+    return BoundStopper(_bound_config(), 100, calibration=calibration, method='late',
+                        regime='r', group='late')
+  whole = stopper()
+  live = [whole.update_row(row) for row in rows]
+  for cut in (9, 11, 12, 13):  # resumed after the evals at 40, 50, 55, 60
+    resumed = stopper()
+    for row in rows[:cut]:
+      resumed.observe_row(row)  # as train.py replays metrics.jsonl
+    again = [resumed.update_row(row) for row in rows[cut:]]
+    assert [(d.should_stop, d.reason) for d in again] == \
+        [(d.should_stop, d.reason) for d in live[cut:]]
+  assert [d.should_stop for d in live].index(True) == 14  # step 70

@@ -377,18 +377,28 @@ class BoundStopper(_EvalCurve):
     check_confirm_options(1, self.peak_tolerance)
     self.calibration, self.method, self.regime, self.group = calibration, method, regime, group
     self._decided: set[float] = set()
+    self._due: list[float] = []  # the fractions the last eval row decides
+
+  def observe_row(self, row: dict[str, Any]) -> None:
+    """Records `row`; an eval row also uses up the fractions it is due for, so a stopper
+    replaying a resumed run's log decides what the uninterrupted run would next."""
+    super().observe_row(row)
+    self._due = []
+    if isinstance(row.get('eval_accuracy'), (int, float)) and row.get('step') is not None:
+      total = self.run_length()
+      self._due = [f for f in self.fractions
+                   if f not in self._decided and f * total <= row['step'] + 1e-9]
+      self._decided.update(self._due)
 
   def update_row(self, row: dict[str, Any]) -> StopDecision | None:
     """Records `row`; on an eval row at or past an undecided fraction returns the decision."""
     if not self._takes_eval(row):
       return None
     total, step, nan = self.run_length(), int(row['step']), float('nan')
-    due = [f for f in self.fractions if f not in self._decided and f * total <= step + 1e-9]
-    if not due:
+    if not self._due:
       return StopDecision(False, f'continue at step {step}/{total}: no checkpoint due '
                           f'(fractions {self.fractions})', step, nan, (nan, nan), nan, nan, 0.0)
-    self._decided.update(due)
-    fraction = max(due)
+    fraction = max(self._due)
     steps_arr = np.asarray(self.steps)
     record = RunRecord(run_dir=Path('.'), name='this run', model='', params_nonembed=None,
                        total_steps=total, metric='eval_accuracy', steps=steps_arr,
