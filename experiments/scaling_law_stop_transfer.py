@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scaling_law_calibrate as cal
 from scaling_law_fresh import BOUND_SETTING as PLAN_SETTING
 
+from sgpo_jax import default_config
 from sgpo_jax.scaling_law.calibration import (CalibrationSet, PrefixFeatures,
                                               calibrated_forecasts, prefix_features)
 from sgpo_jax.scaling_law.early_stop import BoundStopper
@@ -108,22 +109,44 @@ def calibration_set(design: list[dict[str, Any]], exclude_seed: str = '') -> Cal
                         'the 80 design runs of experiments/results/scaling_law_stop_transfer')
 
 
-def trainer_outcome(run: dict[str, Any], calibration: CalibrationSet, setting: dict[str, Any]
-                    ) -> dict[str, Any]:
-  """The trainer's `BoundStopper` fed the run's eval readings one by one (it decides at the
-  first reading at or after each fraction), scored as `cal.bound_outcome`."""
+def trainer_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
+  """The run's metrics rows as the trainer logs them: one per step with its FLOPs so far (and
+  a `reward_mean` key, which marks a training step), the eval reading on the steps it has."""
+  rows: dict[int, dict[str, Any]] = {}
+  reward: RunRecord | None = run.get('reward')
+  if reward is not None:
+    for step, value, flops in zip(reward.steps, reward.values, reward.flops_total):
+      rows[int(step)] = {'step': int(step), 'reward_mean': float(value),
+                         'flops_total': float(flops)}
   record: RunRecord = run['eval']
+  for step, value in zip(record.steps, record.values):
+    rows.setdefault(int(step), {'step': int(step)})['eval_accuracy'] = float(value)
+  return [rows[step] for step in sorted(rows)]
+
+
+def trainer_outcome(run: dict[str, Any], calibration: CalibrationSet, setting: dict[str, Any],
+                    *, budgeted: bool = True) -> dict[str, Any]:
+  """The trainer's `BoundStopper` fed the run's rows in turn (`trainer_rows`), with its
+  regime's planned steps and FLOPs budget (so the run length is projected from the FLOPs per
+  step so far, as in training; budgeted=False: the run's actual length), scored as
+  `cal.bound_outcome`."""
+  record: RunRecord = run['eval']
+  num_steps, budget = int(record.total_steps), 0.0
+  if budgeted and run['regime'] in default_config.REGIMES:
+    config = default_config.get_config(f"regime={run['regime']}")
+    num_steps, budget = int(config.train.num_steps), float(config.train.flops_budget)
   stopper = BoundStopper({'enabled': True, 'bound_fractions': setting['fractions'],
                           'bound_confidence': setting['confidence'],
                           'bound_delta': setting['delta'],
                           'peak_tolerance': setting['peak_tolerance']},
-                         int(record.total_steps), calibration=calibration,
-                         method=record.method, regime=run['regime'], group=run['group'])
-  for step, value in zip(record.steps, record.values):
-    decision = stopper.update_row({'step': int(step), 'eval_accuracy': float(value)})
+                         num_steps, calibration=calibration, flops_budget=budget,
+                         method=record.method, regime=run['regime'], group=run['group'],
+                         run=run['name'])
+  for row in trainer_rows(run):
+    decision = stopper.update_row(row)
     if decision is not None and decision.should_stop:
-      return {'stop_step': float(step), 'saved': 1 - step / record.total_steps,
-              'loss': record.actual_final - float(value)}
+      return {'stop_step': float(row['step']), 'saved': 1 - row['step'] / record.total_steps,
+              'loss': record.actual_final - row['eval_accuracy']}
   return {'stop_step': None, 'saved': 0.0, 'loss': 0.0}
 
 
@@ -221,10 +244,13 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
     lines.append(_line('trend, trainer default', test['trend_summary']))
     if test.get('trainer_summary'):
       lines += ['', 'Added after the test (not in the plan): the chosen setting as the trainer '
-                'runs it (`early_stop.BoundStopper`, rule `bound`, fed each reading in turn '
-                'with `sgpo_jax/scaling_law/stop_calibration_runs.json`, the design runs): it '
-                'decides at the first reading at or after each fraction, where the replay '
-                'above takes the last at or before.', '', header, '|' + '---|' * 9,
+                'runs it (`early_stop.BoundStopper`, rule `bound`, fed the run\'s metrics rows '
+                'in turn with `sgpo_jax/scaling_law/stop_calibration_runs.json`, the design '
+                'runs, and its regime\'s FLOPs budget, so the run length is projected from the '
+                'FLOPs per step so far): it decides at the first reading at or after each '
+                'fraction, forecasting from every reading so far, where the replay above takes '
+                'the last reading at or before and the run\'s actual length.', '', header,
+                '|' + '---|' * 9,
                 _line('chosen, as the trainer runs it', test['trainer_summary']),
                 _line("the same, the run's config left out of the calibration set",
                       test['trainer_config_out_summary'])]

@@ -296,7 +296,8 @@ def start_loop(su: Setup, rs: RunState) -> None:
     rs.stopper = early_stop_lib.make_stopper(
         es, su.config.train.num_steps, su.config.train.flops_budget,
         method=su.config.method, regime=su.config.regime,
-        group=es.get('config_group', '') or scaling_law_runs.config_group(su.workdir))
+        group=es.get('config_group', '') or scaling_law_runs.config_group(su.workdir),
+        run=scaling_law_runs.run_key(su.workdir))
     for row in rs.writer.rows:  # replay the logged curve into a resumed stopper
       rs.stopper.observe_row(row)
 

@@ -910,12 +910,32 @@ def test_trainer_bound_stopper_decides_once_per_fraction_at_the_first_eval_past_
   # the prefix up to 0.6), then 75 for 0.7; 90 decides nothing.
   stopper = BoundStopper(_bound_config(bound_delta=0.0), 100, calibration=calibration,
                          method='flat', regime='r', group='flat')
-  due = {}
+  due, decisions = {}, {}
   for step in range(0, 101, 15):
-    decision = stopper.update_row({'step': step, 'eval_accuracy': 0.6})
+    decision = decisions[step] = stopper.update_row(
+        {'step': step, 'eval_accuracy': 0.66 if step == 75 else 0.6})
     if ': checkpoint ' in decision.reason:
       due[step] = decision.reason.split(': checkpoint ')[1].split(' ')[0]
   assert due == {60: '0.6', 75: '0.7'}
+  # Each forecast sees every reading so far, the one compared included (75 is past 0.7).
+  import dataclasses
+
+  from sgpo_jax.scaling_law.calibration import calibrated_forecasts, prefix_features
+  steps = np.arange(0, 76, 15, dtype=float)
+  readings = np.where(steps == 75, 0.66, 0.6)
+  seen = dataclasses.replace(_run_record(steps, readings, 100), method='flat', name='this run')
+  expected = calibrated_forecasts(prefix_features(seen, 0.75, forms=(), group='flat',
+                                                  regime='r'), calibration)[0]
+  assert decisions[75].predicted_plateau == pytest.approx(expected.predicted_final)
+  assert decisions[75].plateau_ci == pytest.approx(tuple(expected.interval))
+  # A calibration record of the run itself (a design run retrained) is left out by name.
+  own = BoundStopper(_bound_config(), 100, calibration=transfer.calibration_set(evals),
+                     method='flat', regime='r', group='flat', run='flat0')
+  other = BoundStopper(_bound_config(), 100, calibration=transfer.calibration_set(evals[1:]),
+                       method='flat', regime='r', group='flat', run='flat0')
+  for step in range(0, 61, 10):
+    a, b = (x.update_row({'step': step, 'eval_accuracy': 0.6}) for x in (own, other))
+  assert a.plateau_ci == b.plateau_ci
   # An empty calibration set gives an infinite bound (the metric's ceiling): never a stop.
   empty = BoundStopper(_bound_config(), 100, calibration=CalibrationSet([], 'none'),
                        method='flat', regime='r', group='flat')
