@@ -986,3 +986,25 @@ def test_trainer_bound_stopper_resumed_from_its_log_decides_as_the_uninterrupted
     assert [(d.should_stop, d.reason) for d in again] == \
         [(d.should_stop, d.reason) for d in live[cut:]]
   assert [d.should_stop for d in live].index(True) == 14  # step 70
+
+
+def test_trend_stopper_resumed_from_its_log_keeps_the_uninterrupted_streak():
+  from sgpo_jax.scaling_law.early_stop import TrendStopper
+  config = {'enabled': True, 'rule': 'trend', 'epsilon': 0.01, 'min_fraction': 0.3,
+            'window_fraction': 0.3, 'confidence': 0.9, 'confirm_evals': 2}
+  values = [0.1, 0.3, 0.5, 0.6, 0.65, 0.66, 0.66, 0.66, 0.66, 0.66, 0.66]
+  rows = [{'step': 10 * i, 'eval_accuracy': v} for i, v in enumerate(values)]
+  whole = TrendStopper(config, 100)
+  live = [whole.update_row(row) for row in rows]
+  stop = [d.should_stop for d in live].index(True)
+  for cut in range(1, stop + 1):
+    resumed = TrendStopper(config, 100)
+    for row in rows[:cut]:
+      resumed.observe_row(row)  # as train.py replays metrics.jsonl
+    again = [resumed.update_row(row) for row in rows[cut:stop + 1]]
+    assert [(d.should_stop, d.reason) for d in again] == \
+        [(d.should_stop, d.reason) for d in live[cut:stop + 1]]
+  assert 'evals in a row' in live[stop].reason
+  # A NaN reading is no eval: no decision, the streak as it was.
+  nan_row = TrendStopper(config, 100)
+  assert nan_row.update_row({'step': 0, 'eval_accuracy': float('nan')}) is None

@@ -310,25 +310,40 @@ class TrendStopper(_EvalCurve):
     self.peak_tolerance = None if tolerance is None else float(tolerance)
     check_confirm_options(self.confirm_evals, self.peak_tolerance)
     self._flat_streak = 0
+    self._trend: tuple[int, float, int] | None = None  # (run length, gain, window evals)
     check_trend_options(num_steps, self.min_fraction, self.window_fraction, self.epsilon)
+
+  def observe_row(self, row: dict[str, Any]) -> None:
+    """Records `row`; an eval row also advances the flat streak, so a stopper replaying a
+    resumed run's log continues the uninterrupted run's streak."""
+    n_before = len(self.values)
+    super().observe_row(row)
+    self._trend = None
+    if len(self.values) == n_before:  # not an eval row (or a NaN reading)
+      return
+    total = self.run_length()
+    gain, n_window = trend_gain(self.steps, self.values, total,
+                                window_fraction=self.window_fraction)
+    self._trend = (total, gain, n_window)
+    if (self.steps[-1] < self.min_fraction * total or n_window < 3
+        or not math.isfinite(gain)):
+      self._flat_streak = 0
+    else:
+      self._flat_streak = self._flat_streak + 1 if gain < self.epsilon else 0
 
   def update_row(self, row: dict[str, Any]) -> StopDecision | None:
     """Records `row`; on an eval row past min_fraction returns the decision."""
-    if not self._takes_eval(row):
+    if not self._takes_eval(row) or self._trend is None:
       return None
-    total = self.run_length()
+    total, gain, n_window = self._trend
     step = int(row['step'])
     nan = float('nan')
-    gain, n_window = trend_gain(self.steps, self.values, total,
-                                window_fraction=self.window_fraction)
     where = f'step {step}/{total}'
     if step < self.min_fraction * total or n_window < 3 or not math.isfinite(gain):
-      self._flat_streak = 0
       return StopDecision(False, f'continue at {where}: before min_fraction '
                           f'{self.min_fraction:g} or < 3 evals in the window', step, nan,
                           (nan, nan), nan, nan, 0.0)
     flat = gain < self.epsilon
-    self._flat_streak = self._flat_streak + 1 if flat else 0
     facts = (f'a line through the {n_window} evals of the last {self.window_fraction:.0%} '
              f'of the run gains {gain:+.4f} by step {total} '
              f"{'<' if flat else '>='} epsilon {self.epsilon:g}")
