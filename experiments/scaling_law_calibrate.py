@@ -352,17 +352,25 @@ def bound_checkpoints(evals: list[dict[str, Any]], leave_out: str = ''
   for i, run in enumerate(evals):
     record, row = run['eval'], {}
     for f in BOUND_FRACTIONS:
-      target = features[f][i]
-      seen = record.steps <= target.observed_until_step + 1e-9
-      trained = seen & (record.steps > 0)
-      row[f] = {'step': target.observed_until_step, 'reading': float(record.values[seen][-1]),
-                'best': float(np.max(record.values[trained])) if trained.any()
-                else float(record.values[seen][-1]),
-                'upper': {result.confidence: result.interval[1] for result in
-                          calibrated_forecasts(target, sets[f], confidences=BOUND_CONFIDENCES,
-                                               leave_out_group=leave_out_group)}}
+      row[f] = checkpoint(record, features[f][i], sets[f], BOUND_CONFIDENCES, leave_out_group)
     points.append(row)
   return points
+
+
+def checkpoint(record: RunRecord, target: Any, pool: CalibrationSet,
+               confidences: tuple[float, ...], leave_out_group: bool = False
+               ) -> dict[str, Any]:
+  """One checkpoint of rule 'bound': the step and reading the prefix `target` ends at, the best
+  reading after step 0 so far, and the upper end of the calibrated interval of the final value
+  per confidence (forecast from `pool`)."""
+  seen = record.steps <= target.observed_until_step + 1e-9
+  trained = seen & (record.steps > 0)
+  return {'step': target.observed_until_step, 'reading': float(record.values[seen][-1]),
+          'best': float(np.max(record.values[trained])) if trained.any()
+          else float(record.values[seen][-1]),
+          'upper': {result.confidence: result.interval[1] for result in
+                    calibrated_forecasts(target, pool, confidences=confidences,
+                                         leave_out_group=leave_out_group)}}
 
 
 def bound_outcome(run: RunRecord, points: dict[float, dict[str, Any]],

@@ -27,6 +27,7 @@ Loss = final accuracy (mean of the last 5% of the run) minus the reading at the 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -40,8 +41,7 @@ import scaling_law_calibrate as cal
 from scaling_law_fresh import BOUND_SETTING as PLAN_SETTING
 
 from sgpo_jax import default_config
-from sgpo_jax.scaling_law.calibration import (CalibrationSet, PrefixFeatures,
-                                              calibrated_forecasts, prefix_features)
+from sgpo_jax.scaling_law.calibration import CalibrationSet, PrefixFeatures, prefix_features
 from sgpo_jax.scaling_law.early_stop import BoundStopper
 from sgpo_jax.scaling_law.runs import RunRecord
 
@@ -89,14 +89,7 @@ def stop_points(targets: list[dict[str, Any]], design: list[dict[str, Any]]
       if seed not in pools:
         pools[seed] = CalibrationSet([r for r in pool_all if design_seed[r.run] != seed],
                                      'design runs')
-      record: RunRecord = run['eval']
-      seen = record.steps <= target.observed_until_step + 1e-9
-      trained = seen & (record.steps > 0)
-      points[i][fraction] = {
-          'step': target.observed_until_step, 'reading': float(record.values[seen][-1]),
-          'best': float(np.max(record.values[trained if trained.any() else seen])),
-          'upper': {result.confidence: result.interval[1] for result in
-                    calibrated_forecasts(target, pools[seed], confidences=CONFIDENCES)}}
+      points[i][fraction] = cal.checkpoint(run['eval'], target, pools[seed], CONFIDENCES)
   return points
 
 
@@ -124,6 +117,13 @@ def trainer_rows(run: dict[str, Any]) -> list[dict[str, Any]]:
   return [rows[step] for step in sorted(rows)]
 
 
+@functools.cache
+def _planned_length(regime: str) -> tuple[int, float]:
+  """(train.num_steps, train.flops_budget) of a comparison regime's config."""
+  config = default_config.get_config(f'regime={regime}')
+  return int(config.train.num_steps), float(config.train.flops_budget)
+
+
 def trainer_outcome(run: dict[str, Any], calibration: CalibrationSet, setting: dict[str, Any],
                     *, budgeted: bool = True) -> dict[str, Any]:
   """The trainer's `BoundStopper` fed the run's rows in turn (`trainer_rows`), with its
@@ -133,8 +133,7 @@ def trainer_outcome(run: dict[str, Any], calibration: CalibrationSet, setting: d
   record: RunRecord = run['eval']
   num_steps, budget = int(record.total_steps), 0.0
   if budgeted and run['regime'] in default_config.REGIMES:
-    config = default_config.get_config(f"regime={run['regime']}")
-    num_steps, budget = int(config.train.num_steps), float(config.train.flops_budget)
+    num_steps, budget = _planned_length(run['regime'])
   stopper = BoundStopper({'enabled': True, 'bound_fractions': setting['fractions'],
                           'bound_confidence': setting['confidence'],
                           'bound_delta': setting['delta'],
@@ -300,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.error(f'seed groups {sorted(shared)[:5]} are in both --design and --test: '
                  'the test must use seeds the design never saw')
   rng = np.random.default_rng(args.seed)
+  shipped = calibration_set(design)  # what the trainer forecasts from (--write-calibration)
   entries = grid_entries(design, stop_points(design, design))
   best = choose(entries)
   chosen = best['setting'] if best else None
@@ -327,7 +327,6 @@ def main(argv: list[str] | None = None) -> int:
     def outcomes(setting):
       return [cal.bound_outcome(run['eval'], row, setting) for run, row in zip(test, points)]
     chosen_outcomes = outcomes(chosen) if chosen else None
-    shipped = calibration_set(design)
     result['test'] = {
         'n_runs': len(test), 'seeds': _seeds(test),
         'chosen_summary': scored(test, chosen_outcomes, rng) if chosen else None,
@@ -344,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                         for r, o in zip(test, chosen_outcomes or [])]}
   args.out.mkdir(parents=True, exist_ok=True)
   if args.write_calibration:
-    args.write_calibration.write_text(calibration_set(design).to_json())
+    args.write_calibration.write_text(shipped.to_json())
   for half in ('design', 'test'):
     for key in ('chosen_summary', 'nested', 'plan_summary', 'trend_summary', 'trainer_summary',
                 'trainer_config_out_summary'):

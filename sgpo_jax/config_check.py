@@ -301,7 +301,7 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
     from sgpo_jax.scaling_law import early_stop  # not at import: it pulls in the fitters
     early_stop.check_bound_options(tuple(es.bound_fractions), es.bound_confidence,
                                    es.bound_delta)
-    early_stop.load_stop_calibration(es.calibration)  # a missing file fails before compute
+    early_stop.stop_calibration_path(es.calibration)  # a missing file fails before compute
   _require(0 < es.window_fraction <= 1,
            f'train.early_stop.window_fraction={es.window_fraction} must be in (0, 1].')
   _require(es.confirm_evals >= 1,

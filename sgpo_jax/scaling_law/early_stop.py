@@ -398,6 +398,7 @@ class BoundStopper(_EvalCurve):
     self.calibration, self.method, self.regime, self.group = calibration, method, regime, group
     self._decided: set[float] = set()
     self._due: list[float] = []  # the fractions the last eval row decides
+    self._due_total = self.num_steps  # the run length they were found at
 
   def observe_row(self, row: dict[str, Any]) -> None:
     """Records `row`; an eval row also uses up the fractions it is due for, so a stopper
@@ -407,7 +408,7 @@ class BoundStopper(_EvalCurve):
     value = row.get('eval_accuracy')
     if (isinstance(value, (int, float)) and math.isfinite(value)
         and row.get('step') is not None):
-      total = self.run_length()
+      total = self._due_total = self.run_length()
       self._due = [f for f in self.fractions
                    if f not in self._decided and f * total <= row['step'] + 1e-9]
       self._decided.update(self._due)
@@ -416,7 +417,7 @@ class BoundStopper(_EvalCurve):
     """Records `row`; on an eval row at or past an undecided fraction returns the decision."""
     if not self._takes_eval(row):
       return None
-    total, step, nan = self.run_length(), int(row['step']), float('nan')
+    total, step, nan = self._due_total, int(row['step']), float('nan')
     if not self._due:
       return StopDecision(False, f'continue at step {step}/{total}: no checkpoint due '
                           f'(fractions {self.fractions})', step, nan, (nan, nan), nan, nan, 0.0)
@@ -458,14 +459,19 @@ def check_bound_options(fractions: Sequence[float], confidence: float, delta: fl
     raise ValueError(f'train.early_stop.bound_delta={delta} must be >= 0 (the loss bound)')
 
 
-def load_stop_calibration(path: str | Path = '') -> CalibrationSet:
-  """The calibration set rule 'bound' forecasts from: `path`, or the shipped one."""
+def stop_calibration_path(path: str | Path = '') -> Path:
+  """The file rule 'bound' forecasts from: `path`, or the shipped one; a missing file is named."""
   path = Path(path) if path else STOP_CALIBRATION_PATH
   if not path.is_file():
     raise ValueError(f'train.early_stop.calibration={str(path)!r} is not a file; give a '
                      'calibration set (experiments/scaling_law_stop_transfer.py '
                      "--write-calibration writes one) or '' for the shipped one")
-  return CalibrationSet.load(path)
+  return path
+
+
+def load_stop_calibration(path: str | Path = '') -> CalibrationSet:
+  """The calibration set rule 'bound' forecasts from (`stop_calibration_path`)."""
+  return CalibrationSet.load(stop_calibration_path(path))
 
 
 class EarlyStopper:
