@@ -237,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
   rows = forecast_rows(runs, calibration)
   rng = np.random.default_rng(args.seed)
   summaries = []
-  for metric in sorted({row['metric'] for row in rows}, key=lambda m: m != 'eval_accuracy'):
+  # Named order (a set's order follows the hash seed, and the bootstrap draws follow it).
+  for metric in sorted({row['metric'] for row in rows}, key=lambda m: (m != 'eval_accuracy', m)):
     of_metric = [row for row in rows if row['metric'] == metric]
     groups = [('all', of_metric)]
     groups += [(f'method {m}', [r for r in of_metric if r['method'] == m])
