@@ -29,7 +29,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -38,6 +38,7 @@ from sgpo_jax.scaling_law.calibration import (
   DEFAULT_PREDICTOR,
   PREDICTORS,
   CalibrationSet,
+  PrefixFeatures,
   calibrated_forecast,
   calibrated_forecasts,
   metric_is_bounded,
@@ -173,6 +174,27 @@ def load_trajectories(path: Path) -> list[dict[str, Any]]:
         run[key] = record_from_dict(entry[key])
     runs.append(run)
   return runs
+
+
+def run_features(runs: list[dict[str, Any]], fractions: Sequence[float]
+                 ) -> dict[tuple[str, str, float], PrefixFeatures]:
+  """Every run's prefix features (eval and reward metric) at each fraction, keyed by (run,
+  'eval' | 'reward', fraction), with its config group and regime: what the calibration set
+  holds. A prefix too short to forecast is reported and skipped."""
+  features = {}
+  for run in runs:
+    for key in ('eval', 'reward'):
+      if key not in run:
+        continue
+      for fraction in fractions:
+        try:
+          with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            features[(run['name'], key, fraction)] = prefix_features(
+                run[key], fraction, group=run['group'], regime=run['regime'])
+        except ValueError as error:
+          print(f"[calibrate] {run['name']} {key} @{fraction}: {error}", file=sys.stderr)
+  return features
 
 
 def reading_noise(run: RunRecord) -> float | None:
@@ -967,19 +989,7 @@ def main(argv: list[str] | None = None) -> int:
       return 0
   fractions = sorted(set(CALIBRATION_FRACTIONS if args.write_calibration else ())
                      | {args.observe_fraction})
-  features = {}
-  for run in runs:
-    for key in ('eval', 'reward'):
-      if key not in run:
-        continue
-      for fraction in fractions:
-        try:
-          with warnings.catch_warnings():
-            warnings.simplefilter('ignore')
-            features[(run['name'], key, fraction)] = prefix_features(
-                run[key], fraction, group=run['group'], regime=run['regime'])
-        except ValueError as error:
-          print(f"[calibrate] {run['name']} {key} @{fraction}: {error}", file=sys.stderr)
+  features = run_features(runs, fractions)
   print(f'[calibrate] features of {len(runs)} runs in {time.time() - start:.0f}s',
         file=sys.stderr)
   forecast_rows = []

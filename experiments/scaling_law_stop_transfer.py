@@ -242,7 +242,9 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
     lines.append(_line('setting of the first fresh test', test['plan_summary']))
     lines.append(_line('trend, trainer default', test['trend_summary']))
     if test.get('trainer_summary'):
-      lines += ['', 'Added after the test (not in the plan): the chosen setting as the trainer '
+      lines += ['', ('Pre-registered in this test\'s plan' if result.get('trainer_in_plan')
+                     else 'Added after the test (not in the plan)')
+                + ': the chosen setting as the trainer '
                 'runs it (`early_stop.BoundStopper`, rule `bound`, fed the run\'s metrics rows '
                 'in turn with `sgpo_jax/scaling_law/stop_calibration_runs.json`, the design '
                 'runs, and its regime\'s FLOPs budget, so the run length is projected from the '
@@ -289,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="also write the design runs' calibration set for the trainer's "
                            'rule bound (the shipped one: sgpo_jax/scaling_law/'
                            'stop_calibration_runs.json)')
+  parser.add_argument('--trainer-in-plan', action='store_true',
+                      help="the trainer replay is one of the plan's measures (says so in the "
+                           'report; the second fresh test added it after the test)')
   args = parser.parse_args(argv)
   start = time.time()
   design, test = _load(args.design), _load(args.test)
@@ -310,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                            '--design', *map(str, args.design)]
                           + (['--test', *map(str, args.test)] if args.test else [])),
       'grid_size': len(GRID), 'trend_default': cal.DEFAULT_TREND,
+      'trainer_in_plan': args.trainer_in_plan,
       'plan_setting': _jsonable(PLAN_SETTING),
       'design': {
           'n_runs': len(design), 'seeds': _seeds(design), 'chosen': _jsonable(chosen),

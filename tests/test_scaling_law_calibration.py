@@ -2,6 +2,7 @@
 cross-run predictors, the 'trend' early-stop rule on hand-made curves, run length under a
 FLOPs budget, the metric chosen for a run, and the CLI on a budget-stopped run."""
 
+import dataclasses
 import json
 import math
 
@@ -798,6 +799,7 @@ def test_fresh_test_scores_only_complete_seeds_and_refuses_calibration_runs(tmp_
   runs = calibrate.load_runs([d for d in dirs if d.name != 'dapo_seed6'])
   kept, seeds = fresh.complete_seeds(runs)
   assert seeds['seeds'] == ['seed5', 'seed7']
+  assert fresh.seed_range(['d/a_seed0', 'd/b_seed1', 'd/a_seed2', 'd/a_seed4', 'sl/x']) == '0-2, 4'
   assert seeds['dropped'] == {'seed6': ['default/dapo']}
   assert sorted(run['name'] for run in kept) == [
       'default/dapo_seed5', 'default/dapo_seed7', 'default/grpo_seed5', 'default/grpo_seed7']
@@ -1008,3 +1010,58 @@ def test_trend_stopper_resumed_from_its_log_keeps_the_uninterrupted_streak():
   # A NaN reading is no eval: no decision, the streak as it was.
   nan_row = TrendStopper(config, 100)
   assert nan_row.update_row({'step': 0, 'eval_accuracy': float('nan')}) is None
+
+
+def _extend_script():
+  _calibrate_script()
+  import importlib
+  return importlib.import_module('scaling_law_extend_calibration')
+
+
+def test_extended_calibration_set_adds_the_runs_features_once(tmp_path, capsys):
+  extend = _extend_script()
+  calibrate = _calibrate_script()
+  runs = calibrate.load_runs(_comparison_runs(tmp_path, seeds=(5, 6)))
+  calibrate.dump_trajectories(runs, tmp_path / 'fresh.json')
+  base = tmp_path / 'base.json'
+  base.write_text(CalibrationSet([_record('default/knapsack_seed0', 0.55, 0.6,
+                                          regime='default')], 'the old runs').to_json())
+  out = tmp_path / 'extended.json'
+  assert extend.main(['--trajectories', str(tmp_path / 'fresh.json'), '--base', str(base),
+                      '--out', str(out)]) == 0
+  extended = CalibrationSet.from_json(out.read_text())
+  # The base record, then exactly what the calibration study computes from the run folders
+  # (features at every calibration fraction, both metrics), with the run's group and regime.
+  direct = calibrate.run_features(runs, calibrate.CALIBRATION_FRACTIONS)
+  assert extended.records[0].run == 'default/knapsack_seed0'
+  assert extended.records[1:] == list(direct.values())
+  assert len(extended.records) == 1 + 4 * 2 * len(calibrate.CALIBRATION_FRACTIONS)
+  assert {r.group for r in extended.records[1:]} == {'default/grpo', 'default/dapo'}
+  assert extended.source == f'the old runs; and 4 fresh-seed test runs ({tmp_path.name})'
+  # Extending again with the same runs would count them twice: refused, nothing written.
+  with pytest.raises(SystemExit):
+    extend.main(['--trajectories', str(tmp_path / 'fresh.json'), '--base', str(out),
+                 '--out', str(tmp_path / 'twice.json')])
+  assert 'are already in the calibration set' in capsys.readouterr().err
+  assert not (tmp_path / 'twice.json').exists()
+
+
+def test_pool_check_leaves_the_whole_seed_out():
+  extend = _extend_script()
+  records = [_record(f'default/{arm}_seed{seed}', 0.5 + 0.01 * seed, 0.6 + 0.01 * seed
+                     + 0.005 * k, method=arm, group=f'default/{arm}', regime='default')
+             for seed in range(10) for k, arm in enumerate(('grpo', 'dapo'))]
+  assert extend.seed_key(records[0]) == 'default/seed0'
+  target = records[0]
+  baseline = extend.score(records, [target], leave_out_seed=True)['eval_accuracy']
+  # How seed 0's other arm ends cannot move seed 0's forecast; how another seed ends can.
+  mate = dataclasses.replace(records[1], actual=0.95)
+  again = extend.score([target, mate] + records[2:], [target], leave_out_seed=True)
+  assert again['eval_accuracy'] == baseline
+  other = dataclasses.replace(records[2], actual=0.95)
+  moved = extend.score(records[:2] + [other] + records[3:], [target], leave_out_seed=True)
+  assert moved['eval_accuracy']['err'] != baseline['err']
+  # Without leaving the seed out the target's own record never counts either (the CLI's
+  # CalibrationSet.without), but its seed-mate does.
+  within = extend.score([target, mate] + records[2:], [target])['eval_accuracy']
+  assert within['err'] != extend.score(records, [target])['eval_accuracy']['err']

@@ -1,0 +1,174 @@
+"""The CLI's calibration set extended with scored fresh-seed runs, and the check of what a
+larger calibration pool changes (the third fresh test's design evidence,
+experiments/results/scaling_law_fresh_seeds15-24/PLAN.md).
+
+    PYTHONPATH=. python experiments/scaling_law_extend_calibration.py \
+        --trajectories A.json [B.json ...] [--base CAL] [--out CAL] [--pool-check OUT.md]
+
+Extension: every run of the trajectories files (written by scaling_law_calibrate.py
+--dump-trajectories or scaling_law_fresh.py) gives its prefix features at the calibration
+fractions (`scaling_law_calibrate.run_features`, the call every record of the shipped set
+came from), added to the records of --base (default: the shipped set) and written to --out
+(default: the shipped set). A run already in --base is refused: it would be counted twice.
+
+Pool check (--pool-check): forecasts from 30% (predictor `pooled`, the run's config group, as
+the CLI runs it) of each trajectories file's runs from --base alone, from --base and the other
+files, and every comparison run (the base's `default` and `paper_like` ones and the files')
+with its seed left out of the pooled set: mean |error|, ratio to flat and 90% coverage per
+metric.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import scaling_law_calibrate as cal
+
+from sgpo_jax.scaling_law.calibration import CalibrationSet, PrefixFeatures, calibrated_forecast
+
+OBSERVE_FRACTION = 0.3
+COMPARISON_REGIMES = ('default', 'paper_like')
+
+
+def fresh_records(paths: Sequence[Path]) -> dict[Path, list[PrefixFeatures]]:
+  """Each trajectories file's finished runs' features at the calibration fractions."""
+  out = {}
+  for path in paths:
+    features = cal.run_features(cal.load_trajectories(path), cal.CALIBRATION_FRACTIONS)
+    out[path] = [record for record in features.values() if record.actual is not None]
+  return out
+
+
+def extend(base: CalibrationSet, added: dict[Path, list[PrefixFeatures]]) -> CalibrationSet:
+  """`base` plus the added records; refuses a run `base` (or another file) already has."""
+  seen = {record.run for record in base.records}
+  records = list(base.records)
+  for path, new in added.items():
+    names = {record.run for record in new}
+    twice = sorted(names & seen)
+    if twice:
+      raise ValueError(f'{path}: runs {twice[:5]} are already in the calibration set; a run '
+                       'must calibrate once (extend with runs the set does not hold)')
+    seen |= names
+    records += new
+  runs = len({record.run for recs in added.values() for record in recs})
+  source = (f"{base.source}; and {runs} fresh-seed test runs "
+            f"({', '.join(path.parent.name for path in added)})")
+  return CalibrationSet(records, source)
+
+
+def seed_key(record: PrefixFeatures) -> str:
+  """The run's regime and seed: the arms of one seed share their start and early curve."""
+  seed = re.search(r'_seed(\d+)$', record.run)
+  return f"{record.regime}/seed{seed.group(1) if seed else '?'}"
+
+
+def score(records: Sequence[PrefixFeatures], targets: Sequence[PrefixFeatures],
+          leave_out_seed: bool = False) -> dict[str, dict[str, float]]:
+  """Per metric: n, mean |error| of the forecast and of flat, their ratio, 90% coverage."""
+  pooled = CalibrationSet(list(records), '')
+  by_seed: dict[str, CalibrationSet] = {}
+  rows: dict[str, list[tuple[float, float, bool]]] = {}
+  for target in targets:
+    if target.observe_fraction != OBSERVE_FRACTION or target.actual is None:
+      continue
+    calibration = pooled
+    if leave_out_seed:
+      key = seed_key(target)
+      if key not in by_seed:
+        by_seed[key] = CalibrationSet([r for r in records if seed_key(r) != key], '')
+      calibration = by_seed[key]
+    forecast = calibrated_forecast(target, calibration)
+    low, high = forecast.interval
+    rows.setdefault(target.metric, []).append(
+        (abs(forecast.predicted_final - target.actual), abs(target.flat - target.actual),
+         bool(low <= target.actual <= high)))
+  out = {}
+  for metric, values in sorted(rows.items()):
+    err, flat, covered = (np.mean([v[i] for v in values]) for i in range(3))
+    out[metric] = {'n': len(values), 'err': float(err), 'flat': float(flat),
+                   'ratio': float(err / flat) if flat > 0 else float('inf'),
+                   'coverage': float(covered)}
+  return out
+
+
+def pool_check(base: CalibrationSet, added: dict[Path, list[PrefixFeatures]]) -> list[str]:
+  """Markdown lines of the check (see the module docstring)."""
+  def seeds(records: Sequence[PrefixFeatures]) -> str:
+    numbers = sorted({int(m.group(1)) for r in records
+                      if (m := re.search(r'_seed(\d+)$', r.run))})
+    return f'{numbers[0]}-{numbers[-1]}' if numbers else '-'
+  base_seeds = seeds([r for r in base.records if r.regime in COMPARISON_REGIMES])
+  splits = []
+  for path, records in added.items():
+    splits.append((f'seeds {base_seeds} -> {seeds(records)}', list(base.records), records))
+    others = [r for p, recs in added.items() if p != path for r in recs]
+    if others:
+      splits.append((f'seeds {base_seeds}, {seeds(others)} -> {seeds(records)}',
+                     list(base.records) + others, records))
+  everything = list(base.records) + [r for recs in added.values() for r in recs]
+  metrics = ('eval_accuracy', 'reward_mean', 'reward_over_profile')
+  lines = ['| calibration -> scored | ' + ' | '.join(f'{m} err / ratio / cover (n)'
+                                                    for m in metrics) + ' |',
+           '|---|' + '---|' * len(metrics)]
+
+  def cells(result: dict[str, dict[str, float]]) -> str:
+    return ' | '.join(
+        f"{result[m]['err']:.3f} / {result[m]['ratio']:.2f}x / {result[m]['coverage']:.2f} "
+        f"({result[m]['n']})" if m in result else '-' for m in metrics)
+  for label, records, targets in splits:
+    lines.append(f'| {label} | {cells(score(records, targets))} |')
+  comparison = [r for r in everything if r.regime in COMPARISON_REGIMES]
+  lines.append(f'| each seed of {seeds(comparison)} left out ({", ".join(COMPARISON_REGIMES)}) '
+               f'| {cells(score(everything, comparison, leave_out_seed=True))} |')
+  return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--trajectories', nargs='+', type=Path, required=True, metavar='JSON')
+  parser.add_argument('--base', type=Path, default=cal.CALIBRATION_PATH)
+  parser.add_argument('--out', type=Path, default=None,
+                      help='write the extended set here (default: --base, overwritten)')
+  parser.add_argument('--pool-check', type=Path, default=None, metavar='MD',
+                      help='write the pool check here instead of extending')
+  args = parser.parse_args(argv)
+  start = time.time()
+  missing = [str(path) for path in args.trajectories if not path.is_file()]
+  if missing:
+    parser.error(f'--trajectories {missing}: no such file')
+  if not args.base.is_file():
+    parser.error(f'--base {args.base}: no such calibration file')
+  base = CalibrationSet.from_json(args.base.read_text())  # keeps the file's own source line
+  added = fresh_records(args.trajectories)
+  try:
+    extended = extend(base, added)
+  except ValueError as error:
+    parser.error(str(error))
+  if args.pool_check is not None:
+    command = ('PYTHONPATH=. python experiments/scaling_law_extend_calibration.py --trajectories '
+               + ' '.join(map(str, args.trajectories))
+               + (f' --base {args.base}' if args.base != cal.CALIBRATION_PATH else '')
+               + f' --pool-check {args.pool_check}')
+    lines = [f'Generated by `{command}`.', '',
+             *pool_check(base, added)]
+    args.pool_check.write_text('\n'.join(lines) + '\n')
+    print(f'wrote {args.pool_check} in {time.time() - start:.0f}s', file=sys.stderr)
+    return 0
+  out = args.out or args.base
+  out.write_text(extended.to_json())
+  print(f'wrote {out}: {len({r.run for r in extended.records})} runs, '
+        f'{len(extended.records)} records ({time.time() - start:.0f}s)', file=sys.stderr)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
