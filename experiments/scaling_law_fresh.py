@@ -174,7 +174,9 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
       f"(`{result['calibration']}`, seeds {result['calibration_seeds']}), and no predictor or "
       'setting was chosen on them.',
       '',
-      '## Forecast of the final value from the first 30% (the CLI, shipped calibration set)',
+      '## Forecast of the final value from the first 30% (the CLI, '
+      + ('shipped calibration set)' if result['calibration_shipped']
+         else 'with the calibration set named above)'),
       '',
       'Mean |error| of `python -m sgpo_jax.scaling_law fit RUN` (predictor `pooled`) with the '
       "run's config group (the CLI default since this test) and without it (before), the flat "
@@ -272,9 +274,11 @@ def main(argv: list[str] | None = None) -> int:
                           + (['--trajectories', *map(str, args.trajectories)]
                              if args.trajectories else [])
                           + ([f'--calibration {args.calibration}']
-                             if args.calibration != cal.CALIBRATION_PATH else [])),
+                             if args.calibration.resolve() != cal.CALIBRATION_PATH.resolve()
+                             else [])),
       'n_runs': len(runs), 'regimes': sorted({run['regime'] for run in runs}), 'seeds': seeds,
       'calibration': args.calibration.name, 'plan': args.plan,
+      'calibration_shipped': args.calibration.resolve() == cal.CALIBRATION_PATH.resolve(),
       'calibration_seeds': seed_range(record.run for record in calibration.records
                                       if record.regime in {run['regime'] for run in runs}),
       'summaries': summaries, 'rows': rows,

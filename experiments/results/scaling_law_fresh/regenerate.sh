@@ -10,14 +10,10 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE/../../.."
-# The calibration set these runs were scored against (seeds 0-4): the shipped one until the
-# third fresh test added these runs to it (needs the git history).
-PREVIOUS=/tmp/calibration_runs_bb8a97f.json  # a fixed path: reports name it
-git show bb8a97f:sgpo_jax/scaling_law/calibration_runs.json > "$PREVIOUS"
 if [ $# -ge 1 ]; then
-  PYTHONPATH=. python experiments/scaling_law_fresh.py --calibration "$PREVIOUS" "$1"/default/*_seed* "$1"/paper_like/*_seed* \
+  PYTHONPATH=. python experiments/scaling_law_fresh.py "$1"/default/*_seed* "$1"/paper_like/*_seed* \
     --out "$HERE"
 else  # trajectories.json is read whole before it is rewritten (with the same content)
-  PYTHONPATH=. python experiments/scaling_law_fresh.py --calibration "$PREVIOUS" \
+  PYTHONPATH=. python experiments/scaling_law_fresh.py \
     --trajectories experiments/results/scaling_law_fresh/trajectories.json --out "$HERE"
 fi

@@ -8,32 +8,34 @@
 #   python experiments/compare.py $COMMON --arms sgpo --seeds 15-24    # the runner adds grpo
 #   python experiments/compare.py $COMMON \
 #     --arms grpo,dapo,sgpo,greso,knapsack,sgpo_bayes,dapo_g4,sgpo_bayes_g24 --seeds 15-19
-# Needs the git history: the previous calibration set is read from commit bb8a97f.
+# The extended calibration set under test did not pass the plan's rule, so the shipped set is
+# the previous one (seeds 0-4) and the extended one is rebuilt here, outside the package.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE/../../.."
 RESULTS=experiments/results
 PLAN=$RESULTS/scaling_law_fresh_seeds15-24/PLAN.md
 FRESH="$RESULTS/scaling_law_fresh/trajectories.json $RESULTS/scaling_law_fresh_seeds10-14/trajectories.json"
-PREVIOUS=/tmp/calibration_runs_bb8a97f.json  # a fixed path: reports name it
-git show bb8a97f:sgpo_jax/scaling_law/calibration_runs.json > "$PREVIOUS"
-# 1. The change under test: the CLI's calibration set extended with the seeds 5-14 runs, and
-#    the design evidence of the plan (runs already seen).
+SHIPPED=sgpo_jax/scaling_law/calibration_runs.json
+EXTENDED=/tmp/calibration_runs_seeds0-14.json  # a fixed path: reports name it
+# 1. The change under test: the shipped set extended with the seeds 5-14 runs, and the plan's
+#    design evidence (runs already seen).
 PYTHONPATH=. python experiments/scaling_law_extend_calibration.py --trajectories $FRESH \
-  --base "$PREVIOUS" --out sgpo_jax/scaling_law/calibration_runs.json
+  --out "$EXTENDED"
 PYTHONPATH=. python experiments/scaling_law_extend_calibration.py --trajectories $FRESH \
-  --base "$PREVIOUS" --pool-check "$HERE/pool_check.md"
-# 2. The CLI on the new runs, with the extended set and (reference) the previous one:
+  --pool-check "$HERE/pool_check.md"
+# 2. The CLI on the new runs, with the extended set and (reference) the shipped one:
 #    (a) seeds 15-19, all 16 configs; (b) seeds 15-24, the sGPO and GRPO configs.
 for SET in extended previous; do
-  CAL=sgpo_jax/scaling_law/calibration_runs.json
-  [ "$SET" = previous ] && CAL="$PREVIOUS"
+  CAL=$SHIPPED
+  [ "$SET" = extended ] && CAL=$EXTENDED
   if [ $# -ge 1 ]; then
     PYTHONPATH=. python experiments/scaling_law_fresh.py "$1"/default/*_seed1[5-9] \
-      "$1"/paper_like/*_seed1[5-9] --calibration "$CAL" --plan "$PLAN" --out "$HERE/all_seeds15-19_$SET"
+      "$1"/paper_like/*_seed1[5-9] --calibration "$CAL" --plan "$PLAN" \
+      --out "$HERE/all_seeds15-19_$SET"
     PYTHONPATH=. python experiments/scaling_law_fresh.py "$1"/*/sgpo_seed* "$1"/*/grpo_seed* \
       --calibration "$CAL" --plan "$PLAN" --out "$HERE/sgpo_grpo_seeds15-24_$SET"
-  else
+  else  # a trajectories.json is read whole before it is rewritten (with the same content)
     for PART in all_seeds15-19 sgpo_grpo_seeds15-24; do
       PYTHONPATH=. python experiments/scaling_law_fresh.py \
         --trajectories "$HERE/${PART}_extended/trajectories.json" --calibration "$CAL" \

@@ -10,24 +10,20 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE/../../.."
-# The calibration set these runs were scored against (seeds 0-4): the shipped one until the
-# third fresh test added these runs to it (needs the git history).
-PREVIOUS=/tmp/calibration_runs_bb8a97f.json  # a fixed path: reports name it
-git show bb8a97f:sgpo_jax/scaling_law/calibration_runs.json > "$PREVIOUS"
 RESULTS=experiments/results
 FIRST=$RESULTS/scaling_law_fresh/trajectories.json
 NEW=$RESULTS/scaling_law_fresh_seeds10-14
 mkdir -p "$NEW" "$RESULTS/scaling_law_fresh_seeds5-14"
 # 1. The first fresh test's script, unchanged, on seeds 10-14 (it also writes their trajectories).
 if [ $# -ge 1 ]; then
-  PYTHONPATH=. python experiments/scaling_law_fresh.py --calibration "$PREVIOUS" "$1"/default/*_seed* \
+  PYTHONPATH=. python experiments/scaling_law_fresh.py "$1"/default/*_seed* \
     "$1"/paper_like/*_seed* --out "$NEW"
 else  # trajectories.json is read whole before it is rewritten (with the same content)
-  PYTHONPATH=. python experiments/scaling_law_fresh.py --calibration "$PREVIOUS" --trajectories "$NEW/trajectories.json" \
+  PYTHONPATH=. python experiments/scaling_law_fresh.py --trajectories "$NEW/trajectories.json" \
     --out "$NEW"
 fi
 # 2. Seeds 5-14 together.
-PYTHONPATH=. python experiments/scaling_law_fresh.py --calibration "$PREVIOUS" --trajectories "$FIRST" \
+PYTHONPATH=. python experiments/scaling_law_fresh.py --trajectories "$FIRST" \
   "$NEW/trajectories.json" --out "$RESULTS/scaling_law_fresh_seeds5-14"
 rm "$RESULTS/scaling_law_fresh_seeds5-14/trajectories.json"  # the two files above, concatenated
 # 3. Rule 'bound' chosen on seeds 5-9, tested on seeds 10-14.
