@@ -253,6 +253,8 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
                 'the last reading at or before and the run\'s actual length.', '', header,
                 '|' + '---|' * 9,
                 _line('chosen, as the trainer runs it', test['trainer_summary']),
+                _line("the same, with the run's actual length (no projection)",
+                      test['trainer_actual_length_summary']),
                 _line("the same, the run's config left out of the calibration set",
                       test['trainer_config_out_summary'])]
     lines += ['', '## Per test run (chosen setting)', '',
@@ -345,6 +347,10 @@ def main(argv: list[str] | None = None) -> int:
         'trainer_config_out_summary': scored(test, [trainer_outcome(r, CalibrationSet(
             [x for x in shipped.records if x.group != r['group']], shipped.source), chosen)
             for r in test], rng) if chosen else None,
+        # The trainer's rule with the run's actual length: what the FLOPs-budget projection costs.
+        'trainer_actual_length_summary': scored(test, [
+            trainer_outcome(r, shipped, chosen, budgeted=False) for r in test],
+            rng) if chosen else None,
         'chosen_rows': [dict(o, run=r['name'], total_steps=int(r['eval'].total_steps))
                         for r, o in zip(test, chosen_outcomes or [])]}
   args.out.mkdir(parents=True, exist_ok=True)
@@ -352,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     args.write_calibration.write_text(shipped.to_json())
   for half in ('design', 'test'):
     for key in ('chosen_summary', 'nested', 'plan_summary', 'trend_summary', 'trainer_summary',
-                'trainer_config_out_summary'):
+                'trainer_actual_length_summary', 'trainer_config_out_summary'):
       block = result.get(half, {}).get(key)
       if block:
         for row in block['worst_runs']:

@@ -14,7 +14,8 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE/../../.."
 RESULTS=experiments/results
-PLAN=$RESULTS/scaling_law_fresh_seeds15-24/PLAN.md
+REL=$RESULTS/scaling_law_fresh_seeds15-24  # relative paths: reports quote their command
+PLAN=$REL/PLAN.md
 FRESH="$RESULTS/scaling_law_fresh/trajectories.json $RESULTS/scaling_law_fresh_seeds10-14/trajectories.json"
 SHIPPED=sgpo_jax/scaling_law/calibration_runs.json
 EXTENDED=/tmp/calibration_runs_seeds0-14.json  # a fixed path: reports name it
@@ -23,7 +24,7 @@ EXTENDED=/tmp/calibration_runs_seeds0-14.json  # a fixed path: reports name it
 PYTHONPATH=. python experiments/scaling_law_extend_calibration.py --trajectories $FRESH \
   --out "$EXTENDED"
 PYTHONPATH=. python experiments/scaling_law_extend_calibration.py --trajectories $FRESH \
-  --pool-check "$HERE/pool_check.md"
+  --pool-check "$REL/pool_check.md"
 # 2. The CLI on the new runs, with the extended set and (reference) the shipped one:
 #    (a) seeds 15-19, all 16 configs; (b) seeds 15-24, the sGPO and GRPO configs.
 for SET in extended previous; do
@@ -38,7 +39,7 @@ for SET in extended previous; do
   else  # a trajectories.json is read whole before it is rewritten (with the same content)
     for PART in all_seeds15-19 sgpo_grpo_seeds15-24; do
       PYTHONPATH=. python experiments/scaling_law_fresh.py \
-        --trajectories "$HERE/${PART}_extended/trajectories.json" --calibration "$CAL" \
+        --trajectories "$REL/${PART}_extended/trajectories.json" --calibration "$CAL" \
         --plan "$PLAN" --out "$HERE/${PART}_$SET"
     done
   fi
@@ -47,4 +48,4 @@ rm "$HERE"/*_previous/trajectories.json  # the same runs as the extended ones' f
 # 3. The trainer's rule 'bound' as shipped (chosen on seeds 5-9), tested on seeds 15-19.
 PYTHONPATH=. python experiments/scaling_law_stop_transfer.py \
   --design "$RESULTS/scaling_law_fresh/trajectories.json" \
-  --test "$HERE/all_seeds15-19_extended/trajectories.json" --out "$HERE" --trainer-in-plan
+  --test "$REL/all_seeds15-19_extended/trajectories.json" --out "$HERE" --trainer-in-plan
