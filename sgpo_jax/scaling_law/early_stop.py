@@ -25,9 +25,11 @@
   pre-registered (experiments/results/scaling_law_stop_transfer/: 31.6% of steps saved, mean
   loss -0.58 points, worst 2.38); those are the config defaults. Replayed as the trainer runs
   it (first eval at or after each fraction, run length projected from the FLOPs budget) the
-  worst loss is 3.01 points. It is off by default: that is at the edge of the target, its
-  guarantee holds only for regimes its calibration set has runs of (not the README run's),
-  and comparison runs must run to their budget.
+  worst loss is 3.01 points there, and 3.95 on seeds 15-19 (pre-registered,
+  experiments/results/scaling_law_fresh_seeds15-24/; the replay form: worst 2.66). It is off
+  by default: as the trainer runs it, it misses the worst-case target; its guarantee holds
+  only for regimes its calibration set has runs of (not the README run's); and comparison
+  runs must run to their budget.
 
 Configured by `config.train.early_stop` (enabled, epsilon, min_fraction, confidence; for
 'trend' window_fraction and, when present, confirm_evals and peak_tolerance; for 'bound'
