@@ -1065,3 +1065,22 @@ def test_pool_check_leaves_the_whole_seed_out():
   # CalibrationSet.without), but its seed-mate does.
   within = extend.score([target, mate] + records[2:], [target])['eval_accuracy']
   assert within['err'] != extend.score(records, [target])['eval_accuracy']['err']
+
+
+def test_config_own_scores_take_the_interval_from_the_configs_seeds_only():
+  # Regime pool of two configs at one flat level: 'wide' ends spread by +-0.1, 'tight' by
+  # +-0.01. Pooled scores give both one half-width; per config, each its own.
+  wide = [_record(f'r/wide_seed{i}', 0.5, 0.6 + (0.1 if i % 2 else -0.1), group='r/wide',
+                  regime='r') for i in range(10)]
+  tight = [_record(f'r/tight_seed{i}', 0.5, 0.6 + (0.01 if i % 2 else -0.01),
+                   group='r/tight', regime='r') for i in range(10)]
+  calibration = CalibrationSet(wide + tight, 'hand-made')
+  target = _record('r/tight_seed99', 0.5, 0.6, group='r/tight', regime='r')
+  pooled = calibrated_forecast(target, calibration)
+  own = calibrated_forecast(target, calibration, config_scores_min=9)
+  assert own.predicted_final == pooled.predicted_final
+  assert own.half_width < 0.05 < pooled.half_width
+  assert 'interval from the 10 runs of config r/tight' in own.calibration
+  # Too few of its own runs: the pool's scores, as without the option.
+  few = calibrated_forecast(target, calibration, config_scores_min=11)
+  assert few.half_width == pooled.half_width and few.calibration == pooled.calibration

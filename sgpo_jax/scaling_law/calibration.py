@@ -446,19 +446,27 @@ class CalibratedForecast:
 
 def calibrated_forecast(target: PrefixFeatures, calibration: CalibrationSet, *,
                         predictor: str = DEFAULT_PREDICTOR, confidence: float = 0.9,
-                        leave_out_group: bool = False) -> CalibratedForecast:
+                        leave_out_group: bool = False,
+                        config_scores_min: int = 0) -> CalibratedForecast:
   """Forecast `target`'s final value from calibration runs: never `target` itself, and with
   `leave_out_group` no run of its group (the other seeds of its config) either."""
   return calibrated_forecasts(target, calibration, predictor=predictor,
-                              confidences=(confidence,), leave_out_group=leave_out_group)[0]
+                              confidences=(confidence,), leave_out_group=leave_out_group,
+                              config_scores_min=config_scores_min)[0]
 
 
 def calibrated_forecasts(target: PrefixFeatures, calibration: CalibrationSet, *,
                          predictor: str = DEFAULT_PREDICTOR,
                          confidences: Sequence[float] = (0.9,),
-                         leave_out_group: bool = False) -> list[CalibratedForecast]:
+                         leave_out_group: bool = False,
+                         config_scores_min: int = 0) -> list[CalibratedForecast]:
   """`calibrated_forecast` at each of `confidences`, the point forecast and the conformal
-  scores (n leave-one-out forecasts) computed once."""
+  scores (n leave-one-out forecasts) computed once.
+
+  config_scores_min > 0 (an untested option, off in the CLI and the trainer): when the
+  target's config group has at least that many scores in the pool, the interval uses only
+  theirs (a conformal interval per config: seeds of one config are exchangeable, configs of
+  one regime need not be, e.g. sGPO and the tighter `sgpo_g48_k2`)."""
   pool = calibration.without(target.run, target.group if leave_out_group else '')
   records, description = pool.select(target.metric, target.observe_fraction, target.method,
                                      target.regime, target)
@@ -466,6 +474,11 @@ def calibrated_forecasts(target: PrefixFeatures, calibration: CalibrationSet, *,
   bounds = METRIC_BOUNDS.get(target.metric, (-math.inf, math.inf))
   point = float(np.clip(point, *bounds))
   scores = normalised_scores(records, predictor, leave_out_group) * residual_scale(target)
+  if config_scores_min > 0 and target.group:
+    own = np.array([r.group == target.group for r in records if r.actual is not None], bool)
+    if own.sum() >= config_scores_min:
+      scores = scores[own]
+      description += f'; interval from the {int(own.sum())} runs of config {target.group}'
   return [CalibratedForecast(
       predicted_final=point, interval=conformal_interval(point, scores, confidence, bounds),
       confidence=confidence, predictor=predictor, n_calibration=len(records),

@@ -49,3 +49,8 @@ rm "$HERE"/*_previous/trajectories.json  # the same runs as the extended ones' f
 PYTHONPATH=. python experiments/scaling_law_stop_transfer.py \
   --design "$RESULTS/scaling_law_fresh/trajectories.json" \
   --test "$REL/all_seeds15-19_extended/trajectories.json" --out "$HERE" --trainer-in-plan
+# 4. After the test (not in the plan): leave each seed of 0-24 out, with the regime's pooled
+#    scores and with intervals from the config's own runs (an untested option).
+PYTHONPATH=. python experiments/scaling_law_extend_calibration.py --trajectories $FRESH \
+  "$REL/sgpo_grpo_seeds15-24_extended/trajectories.json" \
+  --pool-check "$REL/pool_check_post_hoc.md" --config-scores-min 9
