@@ -29,7 +29,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -114,6 +114,24 @@ def regime_and_group(run_dir: Path) -> tuple[str, str, str]:
     regime = run_dir.parent.name
   return (regime, f'{run_dir.parent.name}/{config}',
           f'{regime}/seed{seed.group(1) if seed else "?"}')
+
+
+def seed_number(name: str) -> int | None:
+  """k of a run named `<config>_seed<k>`; None for a run without a seed."""
+  seed = re.search(r'_seed(\d+)$', name)
+  return int(seed.group(1)) if seed else None
+
+
+def seed_range(names: Iterable[str]) -> str:
+  """'0-4' (or '0-4, 7') for the seeds in run names `<config>_seed<k>`."""
+  seeds = sorted({k for name in names if (k := seed_number(name)) is not None})
+  spans: list[list[int]] = []
+  for seed in seeds:
+    if spans and seed == spans[-1][1] + 1:
+      spans[-1][1] = seed
+    else:
+      spans.append([seed, seed])
+  return ', '.join(f'{a}-{b}' if b > a else f'{a}' for a, b in spans) or 'none'
 
 
 def reward_metric(run_dir: Path) -> str:

@@ -11,17 +11,16 @@ fractions (`scaling_law_calibrate.run_features`, the call every record of the sh
 came from), added to the records of --base (default: the shipped set) and written to --out
 (default: the shipped set). A run already in --base is refused: it would be counted twice.
 
-Pool check (--pool-check): forecasts from 30% (predictor `pooled`, the run's config group, as
-the CLI runs it) of each trajectories file's runs from --base alone, from --base and the other
-files, and every comparison run (the base's `default` and `paper_like` ones and the files')
-with its seed left out of the pooled set: mean |error|, ratio to flat and 90% coverage per
-metric.
+Pool check (--pool-check; with --out, in the same pass): forecasts from 30% (predictor
+`pooled`, the run's config group, as the CLI runs it) of each trajectories file's runs from
+--base alone, from --base and the other files, and every comparison run (the base's
+`default` and `paper_like` ones and the files') with its seed left out of the pooled set:
+mean |error|, ratio to flat and 90% coverage per metric.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from pathlib import Path
@@ -67,8 +66,8 @@ def extend(base: CalibrationSet, added: dict[Path, list[PrefixFeatures]]) -> Cal
 
 def seed_key(record: PrefixFeatures) -> str:
   """The run's regime and seed: the arms of one seed share their start and early curve."""
-  seed = re.search(r'_seed(\d+)$', record.run)
-  return f"{record.regime}/seed{seed.group(1) if seed else '?'}"
+  seed = cal.seed_number(record.run)
+  return f"{record.regime}/seed{'?' if seed is None else seed}"
 
 
 def score(records: Sequence[PrefixFeatures], targets: Sequence[PrefixFeatures],
@@ -106,9 +105,7 @@ def pool_check(base: CalibrationSet, added: dict[Path, list[PrefixFeatures]],
                config_scores_min: int = 0) -> list[str]:
   """Markdown lines of the check (see the module docstring)."""
   def seeds(records: Sequence[PrefixFeatures]) -> str:
-    numbers = sorted({int(m.group(1)) for r in records
-                      if (m := re.search(r'_seed(\d+)$', r.run))})
-    return f'{numbers[0]}-{numbers[-1]}' if numbers else '-'
+    return cal.seed_range(record.run for record in records)
   base_seeds = seeds([r for r in base.records if r.regime in COMPARISON_REGIMES])
   splits = []
   for path, records in added.items():
@@ -145,9 +142,10 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument('--trajectories', nargs='+', type=Path, required=True, metavar='JSON')
   parser.add_argument('--base', type=Path, default=cal.CALIBRATION_PATH)
   parser.add_argument('--out', type=Path, default=None,
-                      help='write the extended set here (default: --base, overwritten)')
+                      help='write the extended set here (default: --base, overwritten; '
+                           'with --pool-check: not written unless given)')
   parser.add_argument('--pool-check', type=Path, default=None, metavar='MD',
-                      help='write the pool check here instead of extending')
+                      help='write the pool check here (from the same features as --out)')
   parser.add_argument('--config-scores-min', type=int, default=0, metavar='K',
                       help='with --pool-check: also leave each seed out with intervals from '
                            "the config's own runs when it has >= K (an untested option)")
@@ -175,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
              *pool_check(base, added, args.config_scores_min)]
     args.pool_check.write_text('\n'.join(lines) + '\n')
     print(f'wrote {args.pool_check} in {time.time() - start:.0f}s', file=sys.stderr)
-    return 0
+    if args.out is None:  # a check only
+      return 0
   out = args.out or args.base
   out.write_text(extended.to_json())
   print(f'wrote {out}: {len({r.run for r in extended.records})} runs, '

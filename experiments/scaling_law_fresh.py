@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -65,18 +64,6 @@ def complete_seeds(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], di
 
 def seed_of(run: dict[str, Any]) -> str:
   return run['seed_group'].rsplit('/', 1)[-1]
-
-
-def seed_range(names: Iterable[str]) -> str:
-  """'0-4' (or '0-4, 7') for the seeds in run names `<config>_seed<k>`."""
-  seeds = sorted({int(m.group(1)) for name in names if (m := re.search(r'_seed(\d+)$', name))})
-  spans: list[list[int]] = []
-  for seed in seeds:
-    if spans and seed == spans[-1][1] + 1:
-      spans[-1][1] = seed
-    else:
-      spans.append([seed, seed])
-  return ', '.join(f'{a}-{b}' if b > a else f'{a}' for a, b in spans) or 'none'
 
 
 def forecast_rows(runs: list[dict[str, Any]], calibration: CalibrationSet
@@ -268,19 +255,19 @@ def main(argv: list[str] | None = None) -> int:
     for label, members in groups:
       summaries.append({'metric': metric, 'label': label, **summarise(members, rng)})
   stops = stop_rows(runs)
+  shipped = args.calibration.resolve() == cal.CALIBRATION_PATH.resolve()
+  regimes = {run['regime'] for run in runs}
   result = {
       'command': ' '.join(['PYTHONPATH=. python experiments/scaling_law_fresh.py']
                           + ([f'<{len(args.run_dirs)} run folders>'] if args.run_dirs else [])
                           + (['--trajectories', *map(str, args.trajectories)]
                              if args.trajectories else [])
-                          + ([f'--calibration {args.calibration}']
-                             if args.calibration.resolve() != cal.CALIBRATION_PATH.resolve()
-                             else [])),
-      'n_runs': len(runs), 'regimes': sorted({run['regime'] for run in runs}), 'seeds': seeds,
+                          + ([] if shipped else [f'--calibration {args.calibration}'])),
+      'n_runs': len(runs), 'regimes': sorted(regimes), 'seeds': seeds,
       'calibration': args.calibration.name, 'plan': args.plan,
-      'calibration_shipped': args.calibration.resolve() == cal.CALIBRATION_PATH.resolve(),
-      'calibration_seeds': seed_range(record.run for record in calibration.records
-                                      if record.regime in {run['regime'] for run in runs}),
+      'calibration_shipped': shipped,
+      'calibration_seeds': cal.seed_range(record.run for record in calibration.records
+                                          if record.regime in regimes),
       'summaries': summaries, 'rows': rows,
       'trend_default': cal.DEFAULT_TREND, 'bound_setting': BOUND_SETTING, 'stops': stops,
       'stop_summaries': {label: cal.summarise_stops(outcomes)

@@ -526,6 +526,13 @@ def _calibrate_script():
   return importlib.import_module('scaling_law_calibrate')
 
 
+def _experiment_script(name):
+  """An experiments/ script as a module (they import scaling_law_calibrate by its name)."""
+  _calibrate_script()
+  import importlib
+  return importlib.import_module(name)
+
+
 def _run_record(steps, values, total_steps):
   from pathlib import Path
 
@@ -787,9 +794,7 @@ def test_calibration_study_replays_the_same_from_dumped_trajectories(tmp_path):
 
 
 def _fresh_script():
-  _calibrate_script()
-  import importlib
-  return importlib.import_module('scaling_law_fresh')
+  return _experiment_script('scaling_law_fresh')
 
 
 def test_fresh_test_scores_only_complete_seeds_and_refuses_calibration_runs(tmp_path, capsys):
@@ -799,7 +804,7 @@ def test_fresh_test_scores_only_complete_seeds_and_refuses_calibration_runs(tmp_
   runs = calibrate.load_runs([d for d in dirs if d.name != 'dapo_seed6'])
   kept, seeds = fresh.complete_seeds(runs)
   assert seeds['seeds'] == ['seed5', 'seed7']
-  assert fresh.seed_range(['d/a_seed0', 'd/b_seed1', 'd/a_seed2', 'd/a_seed4', 'sl/x']) == '0-2, 4'
+  assert calibrate.seed_range(['d/a_seed0', 'd/b_seed1', 'd/a_seed2', 'd/a_seed4', 'sl/x']) == '0-2, 4'
   assert seeds['dropped'] == {'seed6': ['default/dapo']}
   assert sorted(run['name'] for run in kept) == [
       'default/dapo_seed5', 'default/dapo_seed7', 'default/grpo_seed5', 'default/grpo_seed7']
@@ -816,9 +821,7 @@ def test_fresh_test_scores_only_complete_seeds_and_refuses_calibration_runs(tmp_
 
 
 def _transfer_script():
-  _calibrate_script()
-  import importlib
-  return importlib.import_module('scaling_law_stop_transfer')
+  return _experiment_script('scaling_law_stop_transfer')
 
 
 def test_transfer_stop_points_never_use_the_runs_own_seed():
@@ -1013,9 +1016,7 @@ def test_trend_stopper_resumed_from_its_log_keeps_the_uninterrupted_streak():
 
 
 def _extend_script():
-  _calibrate_script()
-  import importlib
-  return importlib.import_module('scaling_law_extend_calibration')
+  return _experiment_script('scaling_law_extend_calibration')
 
 
 def test_extended_calibration_set_adds_the_runs_features_once(tmp_path, capsys):

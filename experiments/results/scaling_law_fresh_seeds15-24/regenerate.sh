@@ -22,9 +22,7 @@ EXTENDED=/tmp/calibration_runs_seeds0-14.json  # a fixed path: reports name it
 # 1. The change under test: the shipped set extended with the seeds 5-14 runs, and the plan's
 #    design evidence (runs already seen).
 PYTHONPATH=. python experiments/scaling_law_extend_calibration.py --trajectories $FRESH \
-  --out "$EXTENDED"
-PYTHONPATH=. python experiments/scaling_law_extend_calibration.py --trajectories $FRESH \
-  --pool-check "$REL/pool_check.md"
+  --out "$EXTENDED" --pool-check "$REL/pool_check.md"
 # 2. The CLI on the new runs, with the extended set and (reference) the shipped one:
 #    (a) seeds 15-19, all 16 configs; (b) seeds 15-24, the sGPO and GRPO configs.
 for SET in extended previous; do
