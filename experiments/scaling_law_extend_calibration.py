@@ -21,6 +21,7 @@ mean |error|, ratio to flat and 90% coverage per metric.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -38,16 +39,34 @@ COMPARISON_REGIMES = ('default', 'paper_like')
 
 
 def fresh_records(paths: Sequence[Path]) -> dict[Path, list[PrefixFeatures]]:
-  """Each trajectories file's finished runs' features at the calibration fractions."""
-  out = {}
+  """Each trajectories file's finished runs' features at the calibration fractions. A run an
+  earlier file already gave (e.g. the sGPO runs of a test's two overlapping parts) is kept
+  once, and refused if its features differ there."""
+  out: dict[Path, list[PrefixFeatures]] = {}
+  first: dict[tuple[str, str, float], tuple[Path, str]] = {}
   for path in paths:
     features = cal.run_features(cal.load_trajectories(path), cal.CALIBRATION_FRACTIONS)
-    out[path] = [record for record in features.values() if record.actual is not None]
+    kept = []
+    for record in features.values():
+      if record.actual is None:
+        continue
+      key, text = (record.run, record.metric, record.observe_fraction), json.dumps(
+          record.to_dict(), sort_keys=True)
+      if key in first:
+        if first[key][1] != text:
+          raise ValueError(f'{record.run} is in {first[key][0]} and {path} with different '
+                           f'{record.metric} readings; give each run once')
+        continue
+      first[key] = (path, text)
+      kept.append(record)
+    out[path] = kept
   return out
 
 
-def extend(base: CalibrationSet, added: dict[Path, list[PrefixFeatures]]) -> CalibrationSet:
-  """`base` plus the added records; refuses a run `base` (or another file) already has."""
+def extend(base: CalibrationSet, added: dict[Path, list[PrefixFeatures]],
+           config_scores_min: int = 0) -> CalibrationSet:
+  """`base` plus the added records, with the interval rule `config_scores_min`
+  (`CalibrationSet.config_scores_min`); refuses a run `base` (or another file) already has."""
   seen = {record.run for record in base.records}
   records = list(base.records)
   for path, new in added.items():
@@ -61,7 +80,7 @@ def extend(base: CalibrationSet, added: dict[Path, list[PrefixFeatures]]) -> Cal
   runs = len({record.run for recs in added.values() for record in recs})
   source = (f"{base.source}; and {runs} fresh-seed test runs "
             f"({', '.join(path.parent.name for path in added)})")
-  return CalibrationSet(records, source)
+  return CalibrationSet(records, source, config_scores_min=config_scores_min)
 
 
 def seed_key(record: PrefixFeatures) -> str:
@@ -147,8 +166,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument('--pool-check', type=Path, default=None, metavar='MD',
                       help='write the pool check here (from the same features as --out)')
   parser.add_argument('--config-scores-min', type=int, default=0, metavar='K',
-                      help='with --pool-check: also leave each seed out with intervals from '
-                           "the config's own runs when it has >= K (an untested option)")
+                      help="the written set's interval rule: from the config's own runs when "
+                           'it has >= K (CalibrationSet.config_scores_min; 0: the whole pool); '
+                           'with --pool-check also a leave-one-seed-out row with that rule')
   args = parser.parse_args(argv)
   start = time.time()
   missing = [str(path) for path in args.trajectories if not path.is_file()]
@@ -157,9 +177,12 @@ def main(argv: list[str] | None = None) -> int:
   if not args.base.is_file():
     parser.error(f'--base {args.base}: no such calibration file')
   base = CalibrationSet.from_json(args.base.read_text())  # keeps the file's own source line
-  added = fresh_records(args.trajectories)
+  if args.config_scores_min < 0:
+    parser.error(f'--config-scores-min {args.config_scores_min} must be >= 0 (0: intervals '
+                 'from the whole pool)')
   try:
-    extended = extend(base, added)
+    added = fresh_records(args.trajectories)
+    extended = extend(base, added, args.config_scores_min)
   except ValueError as error:
     parser.error(str(error))
   if args.pool_check is not None:

@@ -1085,3 +1085,112 @@ def test_config_own_scores_take_the_interval_from_the_configs_seeds_only():
   # Too few of its own runs: the pool's scores, as without the option.
   few = calibrated_forecast(target, calibration, config_scores_min=11)
   assert few.half_width == pooled.half_width and few.calibration == pooled.calibration
+
+
+def test_config_own_rule_travels_with_the_calibration_set(tmp_path):
+  # The same pools as above; the rule stored in the set applies without the argument, an
+  # explicit 0 switches it off, and it survives the file.
+  wide = [_record(f'r/wide_seed{i}', 0.5, 0.6 + (0.1 if i % 2 else -0.1), group='r/wide',
+                  regime='r') for i in range(10)]
+  tight = [_record(f'r/tight_seed{i}', 0.5, 0.6 + (0.01 if i % 2 else -0.01),
+                   group='r/tight', regime='r') for i in range(10)]
+  target = _record('r/tight_seed99', 0.5, 0.6, group='r/tight', regime='r')
+  ruled = CalibrationSet(wide + tight, 'hand-made', config_scores_min=9)
+  plain = CalibrationSet(wide + tight, 'hand-made')
+  assert calibrated_forecast(target, ruled).half_width == \
+      calibrated_forecast(target, plain, config_scores_min=9).half_width
+  assert calibrated_forecast(target, ruled, config_scores_min=0).half_width == \
+      calibrated_forecast(target, plain).half_width
+  assert ruled.without('r/wide_seed0').config_scores_min == 9
+  path = tmp_path / 'set.json'
+  path.write_text(ruled.to_json())
+  assert CalibrationSet.load(path).config_scores_min == 9
+  assert 'config_scores_min' not in json.loads(plain.to_json())  # old files stay as they were
+  with pytest.raises(ValueError, match=r"config_scores_min=-1 must be an int >= 0"):
+    CalibrationSet([], config_scores_min=-1)
+
+
+def test_extension_keeps_a_run_of_two_overlapping_files_once(tmp_path, capsys):
+  extend = _extend_script()
+  calibrate = _calibrate_script()
+  runs = calibrate.load_runs(_comparison_runs(tmp_path, seeds=(5, 6)))
+  calibrate.dump_trajectories(runs, tmp_path / 'all.json')
+  calibrate.dump_trajectories(runs[:2], tmp_path / 'part.json')  # seed 5's runs again
+  base = tmp_path / 'base.json'
+  base.write_text(CalibrationSet([], 'none').to_json())
+  out = tmp_path / 'extended.json'
+  assert extend.main(['--trajectories', str(tmp_path / 'all.json'), str(tmp_path / 'part.json'),
+                      '--base', str(base), '--out', str(out), '--config-scores-min', '9']) == 0
+  extended = CalibrationSet.load(out)
+  assert len(extended.records) == 4 * 2 * len(calibrate.CALIBRATION_FRACTIONS)
+  assert extended.config_scores_min == 9
+  # The same run with other readings in the second file is refused, nothing written.
+  changed = calibrate.load_trajectories(tmp_path / 'part.json')
+  changed[0]['eval'].values[-3:] += 0.05
+  calibrate.dump_trajectories(changed, tmp_path / 'changed.json')
+  with pytest.raises(SystemExit):
+    extend.main(['--trajectories', str(tmp_path / 'all.json'), str(tmp_path / 'changed.json'),
+                 '--base', str(base), '--out', str(tmp_path / 'bad.json')])
+  assert 'with different eval_accuracy readings' in capsys.readouterr().err
+  assert not (tmp_path / 'bad.json').exists()
+
+
+def _budgeted_bound_runs():
+  """`_bound_runs` in regime 'default', with training rows whose FLOPs reach the regime's
+  budget at step 89.5 (the eval record still says 100 steps): the trainer projects 90."""
+  import dataclasses
+  trainer = _experiment_script('scaling_law_stop_trainer')
+  budget = trainer.transfer._planned_length('default')[1]
+  runs = []
+  for run in _bound_runs():
+    steps = np.arange(1, 101, dtype=float)
+    reward = dataclasses.replace(_run_record(steps, np.full(100, 0.5), 100),
+                                 metric='reward_mean', flops_total=steps * budget / 89.5)
+    eval_record = dataclasses.replace(run['eval'], regime='default')
+    runs.append({**run, 'regime': 'default', 'seed_group': 'default/' + run['seed_group'][2:],
+                 'eval': eval_record, 'reward': reward})
+  return runs
+
+
+def test_trainer_table_replays_settings_as_the_bound_stopper_itself():
+  trainer = _experiment_script('scaling_law_stop_trainer')
+  runs = _budgeted_bound_runs()
+  tables = trainer.design_tables(runs)
+  # The trainer's projected length (90), not the record's 100; rows from 30% of it on.
+  assert {row['total'] for table in tables for row in table if row['step'] < 100} == {90}
+  assert [row['step'] for row in tables[0]] == [30, 40, 50, 60, 70, 80, 90, 100]
+  settings = trainer.GRID[::60] + [trainer.default_setting()]
+  stops = set()
+  for setting in settings:
+    for i, (run, table) in enumerate(zip(runs, tables)):
+      seed = trainer._seed(run)
+      pool = trainer.transfer.calibration_set([r for r in runs if trainer._seed(r) != seed])
+      fast = trainer.table_outcome(run, table, setting)
+      assert fast == trainer.stopper_outcome(run, pool, setting), (setting, run['name'])
+      stops.add(fast['stop_step'])
+  assert None in stops and len(stops) > 2  # some settings stop, at different steps
+
+
+def test_stop_trainer_script_chooses_and_tests_on_other_seeds(tmp_path, capsys):
+  trainer = _experiment_script('scaling_law_stop_trainer')
+  calibrate = _calibrate_script()
+  runs = calibrate.load_runs(_comparison_runs(tmp_path, seeds=(5, 6, 7)))
+  calibrate.dump_trajectories([r for r in runs if not r['name'].endswith('seed7')],
+                              tmp_path / 'design.json')
+  calibrate.dump_trajectories([r for r in runs if r['name'].endswith('seed7')],
+                              tmp_path / 'test.json')
+  written = tmp_path / 'stop_set.json'
+  out = tmp_path / 'out'
+  assert trainer.main(['--design', str(tmp_path / 'design.json'), '--test',
+                       str(tmp_path / 'test.json'), '--out', str(out),
+                       '--write-calibration', str(written)]) == 0
+  result = json.loads((out / 'stop_results.json').read_text())
+  assert result['design']['n_runs'] == 4 and result['test']['n_runs'] == 2
+  assert result['test']['seeds'] == ['seed7']
+  # The written set is the design runs' features at every checkpoint fraction.
+  assert len(CalibrationSet.load(written).records) == 4 * len(trainer.transfer.FRACTIONS)
+  assert '## Test runs' in (out / 'stop_results.md').read_text()
+  with pytest.raises(SystemExit):
+    trainer.main(['--design', str(tmp_path / 'design.json'), '--test',
+                  str(tmp_path / 'design.json'), '--out', str(tmp_path / 'again')])
+  assert "seeds ['seed5', 'seed6'] are in both" in capsys.readouterr().err

@@ -375,12 +375,21 @@ class CalibrationSet:
 
   records: list[PrefixFeatures]
   source: str = ''  # where the records came from (a file, or run folders)
+  # > 0: a target whose config group has at least this many scores in its pool takes its
+  # interval from those alone (`calibrated_forecasts`); 0: from the whole pool. Stored in the
+  # set's file, so a set is shipped with the interval rule it was tested with.
+  config_scores_min: int = 0
+
+  def __post_init__(self) -> None:
+    if not (isinstance(self.config_scores_min, int) and self.config_scores_min >= 0):
+      raise ValueError(f'config_scores_min={self.config_scores_min!r} must be an int >= 0 '
+                       '(0: intervals from the whole pool)')
 
   def without(self, run: str, group: str = '') -> 'CalibrationSet':
     """The set minus `run` (and minus every run of `group` when given)."""
     kept = [record for record in self.records
             if record.run != run and not (group and record.group == group)]
-    return CalibrationSet(kept, self.source)
+    return dataclasses.replace(self, records=kept)
 
   def select(self, metric: str, observe_fraction: float, method: str | None = None,
              regime: str = '', target: PrefixFeatures | None = None
@@ -413,14 +422,16 @@ class CalibrationSet:
                     f'{metric} from the first {nearest:g}{note}')
 
   def to_json(self) -> str:
-    return json.dumps({'source': self.source,
+    extra = {'config_scores_min': self.config_scores_min} if self.config_scores_min else {}
+    return json.dumps({'source': self.source, **extra,
                        'records': [record.to_dict() for record in self.records]}, indent=1)
 
   @classmethod
   def from_json(cls, text: str, source: str = '') -> 'CalibrationSet':
     data = json.loads(text)
     records = [PrefixFeatures(**record) for record in data['records']]
-    return cls(records, source or data.get('source', ''))
+    return cls(records, source or data.get('source', ''),
+               config_scores_min=int(data.get('config_scores_min', 0)))
 
   @classmethod
   def load(cls, path: str | Path) -> 'CalibrationSet':
@@ -447,7 +458,7 @@ class CalibratedForecast:
 def calibrated_forecast(target: PrefixFeatures, calibration: CalibrationSet, *,
                         predictor: str = DEFAULT_PREDICTOR, confidence: float = 0.9,
                         leave_out_group: bool = False,
-                        config_scores_min: int = 0) -> CalibratedForecast:
+                        config_scores_min: int | None = None) -> CalibratedForecast:
   """Forecast `target`'s final value from calibration runs: never `target` itself, and with
   `leave_out_group` no run of its group (the other seeds of its config) either."""
   return calibrated_forecasts(target, calibration, predictor=predictor,
@@ -459,14 +470,17 @@ def calibrated_forecasts(target: PrefixFeatures, calibration: CalibrationSet, *,
                          predictor: str = DEFAULT_PREDICTOR,
                          confidences: Sequence[float] = (0.9,),
                          leave_out_group: bool = False,
-                         config_scores_min: int = 0) -> list[CalibratedForecast]:
+                         config_scores_min: int | None = None) -> list[CalibratedForecast]:
   """`calibrated_forecast` at each of `confidences`, the point forecast and the conformal
   scores (n leave-one-out forecasts) computed once.
 
-  config_scores_min > 0 (an untested option, off in the CLI and the trainer): when the
+  config_scores_min (None: the set's own `CalibrationSet.config_scores_min`) > 0: when the
   target's config group has at least that many scores in the pool, the interval uses only
   theirs (a conformal interval per config: seeds of one config are exchangeable, configs of
-  one regime need not be, e.g. sGPO and the tighter `sgpo_g48_k2`)."""
+  one regime need not be, e.g. sGPO and the tighter `sgpo_g48_k2`); the point forecast is
+  the same either way."""
+  if config_scores_min is None:
+    config_scores_min = calibration.config_scores_min
   pool = calibration.without(target.run, target.group if leave_out_group else '')
   records, description = pool.select(target.metric, target.observe_fraction, target.method,
                                      target.regime, target)

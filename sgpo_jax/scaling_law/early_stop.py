@@ -48,8 +48,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sgpo_jax.scaling_law.calibration import (CalibrationSet, calibrated_forecasts,
-                                              prefix_features)
+from sgpo_jax.scaling_law.calibration import (CalibratedForecast, CalibrationSet,
+                                              calibrated_forecasts, prefix_features)
 from sgpo_jax.scaling_law.forecasting import Forecast, forecast
 from sgpo_jax.scaling_law.runs import RunRecord
 from sgpo_jax.scaling_law.trajectory import DEFAULT_FORMS, FormPrior
@@ -171,7 +171,7 @@ def bound_stop_index(readings: Sequence[float], uppers: Sequence[float], *, delt
     if bests_arr.shape != readings_arr.shape:
       raise ValueError(f'{bests_arr.size} bests for {readings_arr.size} readings')
   for i, (reading, upper) in enumerate(zip(readings_arr, uppers_arr)):
-    if not upper - reading <= delta + 1e-12:
+    if not bound_within(reading, upper, delta):
       continue
     if peak_tolerance is not None and reading < bests_arr[i] - peak_tolerance - 1e-12:
       continue
@@ -411,9 +411,25 @@ class BoundStopper(_EvalCurve):
     if (isinstance(value, (int, float)) and math.isfinite(value)
         and row.get('step') is not None):
       total = self._due_total = self.run_length()
-      self._due = [f for f in self.fractions
-                   if f not in self._decided and f * total <= row['step'] + 1e-9]
+      self._due = due_fractions(self.fractions, self._decided, total, row['step'])
       self._decided.update(self._due)
+
+  def forecasts_now(self, confidences: Sequence[float], fraction: float = 0.0
+                    ) -> list[CalibratedForecast]:
+    """The calibrated forecasts (one per confidence) of the final accuracy from the readings
+    so far, at the last eval's step of the projected run length (at least `fraction`): what
+    `update_row` decides on. Also used to replay many settings from one pass over a run."""
+    total, step = self._due_total, self.steps[-1]
+    steps_arr = np.asarray(self.steps)
+    record = RunRecord(run_dir=Path('.'), name=self.run, model='', params_nonembed=None,
+                       total_steps=total, metric='eval_accuracy', steps=steps_arr,
+                       values=np.asarray(self.values), flops_total=np.zeros_like(steps_arr),
+                       method=self.method, regime=self.regime)
+    # The prefix up to this eval (at or after the fraction): the reading compared is one the
+    # forecast has seen, as in the calibration records.
+    target = prefix_features(record, min(max(step / total, fraction), 1.0), forms=(),
+                             group=self.group, regime=self.regime)
+    return calibrated_forecasts(target, self.calibration, confidences=tuple(confidences))
 
   def update_row(self, row: dict[str, Any]) -> StopDecision | None:
     """Records `row`; on an eval row at or past an undecided fraction returns the decision."""
@@ -424,18 +440,9 @@ class BoundStopper(_EvalCurve):
       return StopDecision(False, f'continue at step {step}/{total}: no checkpoint due '
                           f'(fractions {self.fractions})', step, nan, (nan, nan), nan, nan, 0.0)
     fraction = max(self._due)
-    steps_arr = np.asarray(self.steps)
-    record = RunRecord(run_dir=Path('.'), name=self.run, model='', params_nonembed=None,
-                       total_steps=total, metric='eval_accuracy', steps=steps_arr,
-                       values=np.asarray(self.values), flops_total=np.zeros_like(steps_arr),
-                       method=self.method, regime=self.regime)
-    # The prefix up to this eval (at or after the fraction): the reading compared is one the
-    # forecast has seen, as in the calibration records.
-    target = prefix_features(record, min(max(step / total, fraction), 1.0), forms=(),
-                             group=self.group, regime=self.regime)
-    result = calibrated_forecasts(target, self.calibration, confidences=(self.confidence,))[0]
+    result = self.forecasts_now((self.confidence,), fraction)[0]
     reading, upper = self.values[-1], result.interval[1]
-    within = upper - reading <= self.delta + 1e-12
+    within = bound_within(reading, upper, self.delta)
     facts = (f'checkpoint {fraction:g} of the run: final accuracy at most {upper:.4f} '
              f'({self.confidence:.0%}, {result.calibration}), reading {reading:.4f}, '
              f"{'within' if within else 'more than'} delta {self.delta:g}")
@@ -448,6 +455,19 @@ class BoundStopper(_EvalCurve):
     return StopDecision(should_stop, f'{verdict} at step {step}/{total}: {facts}', step,
                         result.predicted_final, tuple(result.interval), upper - reading, nan,
                         self._flops_saved(total, step) if should_stop else 0.0)
+
+
+def due_fractions(fractions: Sequence[float], decided: set[float] | frozenset[float],
+                  total: float, step: float) -> list[float]:
+  """The fractions not yet `decided` that a run of `total` steps has reached at `step`: the
+  checkpoints an eval at `step` decides (rule 'bound' in the trainer)."""
+  return [f for f in fractions if f not in decided and f * total <= step + 1e-9]
+
+
+def bound_within(reading: float, upper: float, delta: float) -> bool:
+  """Rule 'bound': whether the upper bound of the final value is at most `delta` above the
+  reading (stopping there loses at most delta at the bound's confidence)."""
+  return upper - reading <= delta + 1e-12
 
 
 def check_bound_options(fractions: Sequence[float], confidence: float, delta: float) -> None:

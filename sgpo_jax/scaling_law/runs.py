@@ -383,6 +383,7 @@ def evaluate_run(run: RunRecord, observe_fraction: float, *, law: JointLaw | Non
                                   if group and record.group == group
                                   and record.metric == features.metric
                                   and record.run != features.run}),
+                              'config_scores_min': calibration.config_scores_min,
                               'description': result.calibration, 'predictor': predictor,
                               'half_width': (round(result.half_width, 6)
                                              if math.isfinite(result.half_width) else None)},
