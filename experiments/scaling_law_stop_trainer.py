@@ -48,8 +48,7 @@ import scaling_law_stop_transfer as transfer
 
 from sgpo_jax import default_config
 from sgpo_jax.scaling_law.calibration import CalibrationSet
-from sgpo_jax.scaling_law.early_stop import (BoundStopper, below_peak, bound_within,
-                                             due_fractions)
+from sgpo_jax.scaling_law.early_stop import below_peak, bound_within, due_fractions
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIDENCES = transfer.CONFIDENCES
@@ -67,26 +66,12 @@ def default_setting() -> dict[str, Any]:
           'peak_tolerance': stop.peak_tolerance}
 
 
-def _stopper(run: dict[str, Any], calibration: CalibrationSet, setting: dict[str, Any]
-             ) -> BoundStopper:
-  record = run['eval']
-  num_steps, budget = int(record.total_steps), 0.0
-  if run['regime'] in default_config.REGIMES:
-    num_steps, budget = transfer._planned_length(run['regime'])
-  return BoundStopper({'enabled': True, 'bound_fractions': setting['fractions'],
-                       'bound_confidence': setting['confidence'],
-                       'bound_delta': setting['delta'],
-                       'peak_tolerance': setting['peak_tolerance']},
-                      num_steps, calibration=calibration, flops_budget=budget,
-                      method=record.method, regime=run['regime'], group=run['group'],
-                      run=run['name'])
-
-
 def trainer_table(run: dict[str, Any], calibration: CalibrationSet) -> list[dict[str, Any]]:
   """Per eval row at or after FIRST_FRACTION of the projected length: step, projected length,
   reading, whether the peak guard blocks a stop (per TOLERANCES) and the upper bound of the
   final accuracy per CONFIDENCES, as `BoundStopper` sees them at that row."""
-  stopper = _stopper(run, calibration, {**GRID[0], 'fractions': (FIRST_FRACTION,)})
+  stopper = transfer.bound_stopper(run, calibration,
+                                   {**GRID[0], 'fractions': (FIRST_FRACTION,)})
   table = []
   for row in transfer.trainer_rows(run):
     stopper.observe_row(row)
@@ -123,7 +108,7 @@ def table_outcome(run: dict[str, Any], table: list[dict[str, Any]], setting: dic
 def stopper_outcome(run: dict[str, Any], calibration: CalibrationSet, setting: dict[str, Any]
                     ) -> dict[str, Any]:
   """`setting` replayed through `BoundStopper.update_row` itself (the trainer's code path)."""
-  stopper = _stopper(run, calibration, setting)
+  stopper = transfer.bound_stopper(run, calibration, setting)
   record = run['eval']
   for row in transfer.trainer_rows(run):
     decision = stopper.update_row(row)

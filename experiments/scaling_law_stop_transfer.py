@@ -124,6 +124,23 @@ def _planned_length(regime: str) -> tuple[int, float]:
   return int(config.train.num_steps), float(config.train.flops_budget)
 
 
+def bound_stopper(run: dict[str, Any], calibration: CalibrationSet, setting: dict[str, Any],
+                  *, budgeted: bool = True) -> BoundStopper:
+  """The trainer's `BoundStopper` for `run` with `setting`, its regime's planned steps and
+  FLOPs budget (budgeted=False, or a regime without a config: the run's actual length)."""
+  record: RunRecord = run['eval']
+  num_steps, budget = int(record.total_steps), 0.0
+  if budgeted and run['regime'] in default_config.REGIMES:
+    num_steps, budget = _planned_length(run['regime'])
+  return BoundStopper({'enabled': True, 'bound_fractions': setting['fractions'],
+                       'bound_confidence': setting['confidence'],
+                       'bound_delta': setting['delta'],
+                       'peak_tolerance': setting['peak_tolerance']},
+                      num_steps, calibration=calibration, flops_budget=budget,
+                      method=record.method, regime=run['regime'], group=run['group'],
+                      run=run['name'])
+
+
 def trainer_outcome(run: dict[str, Any], calibration: CalibrationSet, setting: dict[str, Any],
                     *, budgeted: bool = True) -> dict[str, Any]:
   """The trainer's `BoundStopper` fed the run's rows in turn (`trainer_rows`), with its
@@ -131,16 +148,7 @@ def trainer_outcome(run: dict[str, Any], calibration: CalibrationSet, setting: d
   step so far, as in training; budgeted=False: the run's actual length), scored as
   `cal.bound_outcome`."""
   record: RunRecord = run['eval']
-  num_steps, budget = int(record.total_steps), 0.0
-  if budgeted and run['regime'] in default_config.REGIMES:
-    num_steps, budget = _planned_length(run['regime'])
-  stopper = BoundStopper({'enabled': True, 'bound_fractions': setting['fractions'],
-                          'bound_confidence': setting['confidence'],
-                          'bound_delta': setting['delta'],
-                          'peak_tolerance': setting['peak_tolerance']},
-                         num_steps, calibration=calibration, flops_budget=budget,
-                         method=record.method, regime=run['regime'], group=run['group'],
-                         run=run['name'])
+  stopper = bound_stopper(run, calibration, setting, budgeted=budgeted)
   for row in trainer_rows(run):
     decision = stopper.update_row(row)
     if decision is not None and decision.should_stop:
