@@ -241,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         'n_runs': len(test), 'seeds': transfer._seeds(test),
         'chosen_summary': transfer.scored(test, chosen_outcomes, rng) if chosen else None,
         'current_summary': transfer.scored(test, through(current, reference), rng),
+        # Added after the fourth test (not in its plan): what the larger set alone changes.
+        'current_design_set_summary': transfer.scored(test, through(current, shipped), rng),
         'chosen_config_out_summary': transfer.scored(test, [stopper_outcome(r, CalibrationSet(
             [x for x in shipped.records if x.group != r['group']], shipped.source), chosen)
             for r in test], rng) if chosen else None,
@@ -300,6 +302,9 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
     lines.append(transfer._line(f"the trainer's current setting and set "
                                 f"(`{result['reference_calibration']}`)",
                                 test['current_summary']))
+    lines.append(transfer._line("the trainer's current setting with the design runs' set "
+                                '(added after the fourth test, not in its plan)',
+                                test['current_design_set_summary']))
     lines.append(transfer._line('trend, trainer default', test['trend_summary']))
     lines += transfer.per_run_lines(test['chosen_rows'])
   path = out / 'stop_results.md'

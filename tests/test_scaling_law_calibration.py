@@ -516,6 +516,13 @@ def test_shipped_calibration_set_gives_finite_intervals_for_each_metric():
     assert result.n_calibration == len(records) - 1  # the run itself is left out
     assert math.isfinite(result.half_width)
     assert result.interval[0] <= result.predicted_final <= result.interval[1]
+  # Shipped with intervals per config (tested on seeds 25-34): a comparison config with its
+  # seeds in the set takes its quantile from them alone.
+  assert calibration.config_scores_min == 9
+  sgpo = next(r for r in calibration.records if r.run == 'default/sgpo_seed7'
+              and r.metric == 'reward_over_profile' and r.observe_fraction == 0.3)
+  result = calibrated_forecast(sgpo, calibration)
+  assert 'interval from the 24 runs of config default/sgpo' in result.calibration
 
 
 def _calibrate_script():
