@@ -241,13 +241,14 @@ def main(argv: list[str] | None = None) -> int:
         'n_runs': len(test), 'seeds': transfer._seeds(test),
         'chosen_summary': transfer.scored(test, chosen_outcomes, rng) if chosen else None,
         'current_summary': transfer.scored(test, through(current, reference), rng),
-        # Added after the fourth test (not in its plan): what the larger set alone changes.
-        'current_design_set_summary': transfer.scored(test, through(current, shipped), rng),
         'chosen_config_out_summary': transfer.scored(test, [stopper_outcome(r, CalibrationSet(
             [x for x in shipped.records if x.group != r['group']], shipped.source), chosen)
             for r in test], rng) if chosen else None,
         'trend_summary': transfer.scored(test, [cal.stop_outcome(r['eval'], cal.DEFAULT_TREND)
                                                 for r in test], rng),
+        # Added after the fourth test (not in its plan): what the larger set alone changes.
+        # Last, so the rows before it keep their bootstrap draws.
+        'current_design_set_summary': transfer.scored(test, through(current, shipped), rng),
         'chosen_rows': [dict(o, run=r['name'], total_steps=int(r['eval'].total_steps))
                         for r, o in zip(test, chosen_outcomes)]}
   args.out.mkdir(parents=True, exist_ok=True)
