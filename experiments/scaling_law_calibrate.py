@@ -1068,8 +1068,13 @@ def main(argv: list[str] | None = None) -> int:
       records += carried
       source += (f' and {len({r.run for r in carried})} runs ({args.carry_records}*) carried '
                  'from the previous calibration set')
-    CALIBRATION_PATH.write_text(CalibrationSet(records, source).to_json())
-    print(f'wrote {CALIBRATION_PATH}', file=sys.stderr)
+    # The interval rule is part of what a set was tested with: a rebuilt set keeps it.
+    rule = (CalibrationSet.load(CALIBRATION_PATH).config_scores_min
+            if CALIBRATION_PATH.is_file() else 0)
+    CALIBRATION_PATH.write_text(CalibrationSet(records, source,
+                                               config_scores_min=rule).to_json())
+    print(f'wrote {CALIBRATION_PATH} (intervals per config from >= {rule} scores; 0: pooled)',
+          file=sys.stderr)
   print(f'wrote {path} in {time.time() - start:.0f}s', file=sys.stderr)
   return 0
 

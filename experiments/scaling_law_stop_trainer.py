@@ -51,11 +51,7 @@ from sgpo_jax.scaling_law.calibration import CalibrationSet
 from sgpo_jax.scaling_law.early_stop import below_peak, bound_within, due_fractions
 
 REPO = Path(__file__).resolve().parent.parent
-CONFIDENCES = transfer.CONFIDENCES
 GRID = transfer.GRID
-TOLERANCES = sorted({s['peak_tolerance'] for s in GRID}, key=lambda t: -1 if t is None else t)
-FIRST_FRACTION = min(min(s['fractions']) for s in GRID)
-NEVER = {'stop_step': None, 'saved': 0.0, 'loss': 0.0}
 
 
 def default_setting() -> dict[str, Any]:
@@ -64,6 +60,16 @@ def default_setting() -> dict[str, Any]:
   return {'fractions': tuple(float(f) for f in stop.bound_fractions),
           'confidence': float(stop.bound_confidence), 'delta': float(stop.bound_delta),
           'peak_tolerance': stop.peak_tolerance}
+
+
+# What the table holds: every confidence, peak tolerance and first checkpoint of the GRID and
+# of the trainer's current setting (a setting outside them is refused by `table_outcome`).
+SETTINGS_COVERED = GRID + [default_setting()]
+CONFIDENCES = tuple(sorted({s['confidence'] for s in SETTINGS_COVERED}))
+TOLERANCES = sorted({s['peak_tolerance'] for s in SETTINGS_COVERED},
+                    key=lambda t: -1 if t is None else t)
+FIRST_FRACTION = min(min(s['fractions']) for s in SETTINGS_COVERED)
+NEVER = {'stop_step': None, 'saved': 0.0, 'loss': 0.0}
 
 
 def trainer_table(run: dict[str, Any], calibration: CalibrationSet) -> list[dict[str, Any]]:
@@ -75,7 +81,8 @@ def trainer_table(run: dict[str, Any], calibration: CalibrationSet) -> list[dict
   table = []
   for row in transfer.trainer_rows(run):
     stopper.observe_row(row)
-    if 'eval_accuracy' not in row:
+    if not (stopper.steps and stopper.steps[-1] == row['step']
+            and 'eval_accuracy' in row):  # no eval, or a non-finite one: no decision
       continue
     total, step = stopper.run_length(), float(row['step'])
     if FIRST_FRACTION * total > step + 1e-9:
@@ -93,6 +100,12 @@ def table_outcome(run: dict[str, Any], table: list[dict[str, Any]], setting: dic
   """`setting` replayed from `trainer_table`: the first row deciding a fraction
   (`due_fractions`) whose bound is within delta of its reading and that the peak guard does
   not block, scored as `scaling_law_stop_transfer.trainer_outcome`."""
+  if (min(setting['fractions']) < FIRST_FRACTION - 1e-9
+      or setting['confidence'] not in CONFIDENCES
+      or setting['peak_tolerance'] not in TOLERANCES):
+    raise ValueError(f'setting {setting} is outside what trainer_table recorded (fractions '
+                     f'from {FIRST_FRACTION}, confidences {CONFIDENCES}, peak tolerances '
+                     f'{TOLERANCES}); add it to SETTINGS_COVERED')
   decided: set[float] = set()
   record = run['eval']
   for row in table:
@@ -143,9 +156,9 @@ def load(paths: list[Path]) -> list[dict[str, Any]]:
   for run in transfer._load(paths):
     old = runs.get(run['name'])
     if old is not None:
-      if not (np.array_equal(old['eval'].steps, run['eval'].steps)
-              and np.array_equal(old['eval'].values, run['eval'].values)):
-        raise ValueError(f"{run['name']} is in two inputs with different eval readings")
+      if transfer.trainer_rows(old) != transfer.trainer_rows(run):
+        raise ValueError(f"{run['name']} is in two inputs with different readings (eval, "
+                         'reward or FLOPs); give each run once')
       continue
     runs[run['name']] = run
   return list(runs.values())
@@ -183,7 +196,10 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument('--seed', type=int, default=0, help='bootstrap seed')
   args = parser.parse_args(argv)
   start = time.time()
-  design, test = load(args.design), load(args.test)
+  try:
+    design, test = load(args.design), load(args.test)
+  except ValueError as error:
+    parser.error(str(error))
   if not design:
     parser.error(f'no finished runs with eval readings in --design {args.design}')
   shared = sorted({_seed(r) for r in design} & {_seed(r) for r in test})

@@ -1131,6 +1131,12 @@ def test_extension_keeps_a_run_of_two_overlapping_files_once(tmp_path, capsys):
   extended = CalibrationSet.load(out)
   assert len(extended.records) == 4 * 2 * len(calibrate.CALIBRATION_FRACTIONS)
   assert extended.config_scores_min == 9
+  # Without the flag the base's rule is kept (extending the shipped set keeps its rule).
+  ruled = tmp_path / 'ruled.json'
+  ruled.write_text(CalibrationSet([], 'none', config_scores_min=7).to_json())
+  assert extend.main(['--trajectories', str(tmp_path / 'all.json'), '--base', str(ruled),
+                      '--out', str(tmp_path / 'kept.json')]) == 0
+  assert CalibrationSet.load(tmp_path / 'kept.json').config_scores_min == 7
   # The same run with other readings in the second file is refused, nothing written.
   changed = calibrate.load_trajectories(tmp_path / 'part.json')
   changed[0]['eval'].values[-3:] += 0.05
@@ -1176,6 +1182,9 @@ def test_trainer_table_replays_settings_as_the_bound_stopper_itself():
       assert fast == trainer.stopper_outcome(run, pool, setting), (setting, run['name'])
       stops.add(fast['stop_step'])
   assert None in stops and len(stops) > 2  # some settings stop, at different steps
+  # A setting the table did not record (a checkpoint before its first row) is refused.
+  with pytest.raises(ValueError, match='outside what trainer_table recorded'):
+    trainer.table_outcome(runs[0], tables[0], {**settings[0], 'fractions': (0.1, 0.5)})
 
 
 def test_stop_trainer_script_chooses_and_tests_on_other_seeds(tmp_path, capsys):
