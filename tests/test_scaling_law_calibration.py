@@ -1210,3 +1210,16 @@ def test_stop_trainer_script_chooses_and_tests_on_other_seeds(tmp_path, capsys):
     trainer.main(['--design', str(tmp_path / 'design.json'), '--test',
                   str(tmp_path / 'design.json'), '--out', str(tmp_path / 'again')])
   assert "seeds ['seed5', 'seed6'] are in both" in capsys.readouterr().err
+
+
+def test_rebuilt_calibration_set_keeps_the_interval_rule_it_was_tested_with(tmp_path,
+                                                                             monkeypatch):
+  calibrate = _calibrate_script()
+  dirs = _comparison_runs(tmp_path)
+  shipped = tmp_path / 'calibration_runs.json'
+  shipped.write_text(CalibrationSet([], 'old', config_scores_min=9).to_json())
+  monkeypatch.setattr(calibrate, 'CALIBRATION_PATH', shipped)
+  assert calibrate.main([str(d) for d in dirs] + ['--write-calibration', '--out',
+                                                  str(tmp_path / 'out')]) == 0
+  rebuilt = CalibrationSet.load(shipped)
+  assert rebuilt.config_scores_min == 9 and len({r.run for r in rebuilt.records}) == 4
