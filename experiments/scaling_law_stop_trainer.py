@@ -21,7 +21,8 @@ setting is chosen, and scored, in the form the trainer runs.
   per CONFIDENCES (`BoundStopper.forecasts_now`) are recorded once (`trainer_table`); every
   GRID setting is then replayed from that table by the stopper's own `due_fractions` and
   `bound_within` (`table_outcome`). The chosen setting is replayed once more through
-  `BoundStopper.update_row` itself, and the two must agree run by run.
+  `BoundStopper.update_row` itself (`scaling_law_stop_transfer.trainer_outcome`), and the
+  two must agree run by run.
 - Choice: the GRID setting (`scaling_law_stop_transfer.GRID`) saving most on the design runs
   among those meeting issue 18's targets there (mean loss <= 1 point, worst <= 3). Nested
   estimate: the same choice without each seed (both regimes), scored on that seed.
@@ -118,30 +119,16 @@ def table_outcome(run: dict[str, Any], table: list[dict[str, Any]], setting: dic
   return dict(NEVER)
 
 
-def stopper_outcome(run: dict[str, Any], calibration: CalibrationSet, setting: dict[str, Any]
-                    ) -> dict[str, Any]:
-  """`setting` replayed through `BoundStopper.update_row` itself (the trainer's code path)."""
-  stopper = transfer.bound_stopper(run, calibration, setting)
-  record = run['eval']
-  for row in transfer.trainer_rows(run):
-    decision = stopper.update_row(row)
-    if decision is not None and decision.should_stop:
-      return {'stop_step': float(row['step']), 'saved': 1 - row['step'] / record.total_steps,
-              'loss': record.actual_final - row['eval_accuracy']}
-  return dict(NEVER)
+def seed_pools(design: list[dict[str, Any]]) -> dict[str, CalibrationSet]:
+  """Per seed, the calibration set of the design runs of the other seeds."""
+  return {seed: transfer.calibration_set([r for r in design if _seed(r) != seed])
+          for seed in dict.fromkeys(_seed(run) for run in design)}
 
 
-def design_tables(design: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-  """`trainer_table` of every design run, forecasting from the design runs of other seeds."""
-  pools: dict[str, CalibrationSet] = {}
-  tables = []
-  for run in design:
-    seed = _seed(run)
-    if seed not in pools:
-      kept = [r for r in design if _seed(r) != seed]
-      pools[seed] = transfer.calibration_set(kept)
-    tables.append(trainer_table(run, pools[seed]))
-  return tables
+def design_tables(design: list[dict[str, Any]], pools: dict[str, CalibrationSet]
+                  ) -> list[list[dict[str, Any]]]:
+  """`trainer_table` of every design run, forecasting from `pools` (`seed_pools`)."""
+  return [trainer_table(run, pools[_seed(run)]) for run in design]
 
 
 def _seed(run: dict[str, Any]) -> str:
@@ -210,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
       REPO / 'sgpo_jax' / 'scaling_law' / 'stop_calibration_runs.json')
   reference = CalibrationSet.load(reference_path)
   rng = np.random.default_rng(args.seed)
-  tables = design_tables(design)
+  pools = seed_pools(design)
+  tables = design_tables(design, pools)
   entries = entries_for(design, tables)
   best = transfer.choose(entries)
   chosen = best['setting'] if best else None
@@ -242,22 +230,17 @@ def main(argv: list[str] | None = None) -> int:
                               for e in sorted(entries, key=lambda e: -e['saved_mean'])
                               if cal.meets(e)][:10]}}
   if chosen:  # the fast replay is the trainer's code path: checked on every design run
-    pools = {}
-    slow = []
-    for run in design:
-      seed = _seed(run)
-      pools.setdefault(seed, transfer.calibration_set([r for r in design if _seed(r) != seed]))
-      slow.append(stopper_outcome(run, pools[seed], chosen))
+    slow = [transfer.trainer_outcome(run, pools[_seed(run)], chosen) for run in design]
     _check_same(design, best['outcomes'], slow)
   if test:
     def through(setting, calibration):
-      return [stopper_outcome(r, calibration, setting) for r in test]
+      return [transfer.trainer_outcome(r, calibration, setting) for r in test]
     chosen_outcomes = through(chosen, shipped) if chosen else []
     result['test'] = {
         'n_runs': len(test), 'seeds': transfer._seeds(test),
         'chosen_summary': transfer.scored(test, chosen_outcomes, rng) if chosen else None,
         'current_summary': transfer.scored(test, through(current, reference), rng),
-        'chosen_config_out_summary': transfer.scored(test, [stopper_outcome(r, CalibrationSet(
+        'chosen_config_out_summary': transfer.scored(test, [transfer.trainer_outcome(r, CalibrationSet(
             [x for x in shipped.records if x.group != r['group']], shipped.source), chosen)
             for r in test], rng) if chosen else None,
         'trend_summary': transfer.scored(test, [cal.stop_outcome(r['eval'], cal.DEFAULT_TREND)

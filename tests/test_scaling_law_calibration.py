@@ -1168,18 +1168,18 @@ def _budgeted_bound_runs():
 def test_trainer_table_replays_settings_as_the_bound_stopper_itself():
   trainer = _experiment_script('scaling_law_stop_trainer')
   runs = _budgeted_bound_runs()
-  tables = trainer.design_tables(runs)
+  pools = trainer.seed_pools(runs)
+  tables = trainer.design_tables(runs, pools)
   # The trainer's projected length (90), not the record's 100; rows from 30% of it on.
   assert {row['total'] for table in tables for row in table if row['step'] < 100} == {90}
   assert [row['step'] for row in tables[0]] == [30, 40, 50, 60, 70, 80, 90, 100]
   settings = trainer.GRID[::60] + [trainer.default_setting()]
   stops = set()
   for setting in settings:
-    for i, (run, table) in enumerate(zip(runs, tables)):
-      seed = trainer._seed(run)
-      pool = trainer.transfer.calibration_set([r for r in runs if trainer._seed(r) != seed])
+    for run, table in zip(runs, tables):
       fast = trainer.table_outcome(run, table, setting)
-      assert fast == trainer.stopper_outcome(run, pool, setting), (setting, run['name'])
+      slow = trainer.transfer.trainer_outcome(run, pools[trainer._seed(run)], setting)
+      assert fast == slow, (setting, run['name'])
       stops.add(fast['stop_step'])
   assert None in stops and len(stops) > 2  # some settings stop, at different steps
   # A setting the table did not record (a checkpoint before its first row) is refused.
