@@ -236,10 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     def through(setting, calibration):
       return [transfer.trainer_outcome(r, calibration, setting) for r in test]
     chosen_outcomes = through(chosen, shipped) if chosen else []
+    current_outcomes = through(current, reference)
     result['test'] = {
         'n_runs': len(test), 'seeds': transfer._seeds(test),
         'chosen_summary': transfer.scored(test, chosen_outcomes, rng) if chosen else None,
-        'current_summary': transfer.scored(test, through(current, reference), rng),
+        'current_summary': transfer.scored(test, current_outcomes, rng),
         'chosen_config_out_summary': transfer.scored(test, [transfer.trainer_outcome(r, CalibrationSet(
             [x for x in shipped.records if x.group != r['group']], shipped.source), chosen)
             for r in test], rng) if chosen else None,
@@ -249,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         # Last, so the rows before it keep their bootstrap draws.
         'current_design_set_summary': transfer.scored(test, through(current, shipped), rng),
         'chosen_rows': [dict(o, run=r['name'], total_steps=int(r['eval'].total_steps))
-                        for r, o in zip(test, chosen_outcomes)]}
+                        for r, o in zip(test, chosen_outcomes)],
+        'current_rows': [dict(o, run=r['name'], total_steps=int(r['eval'].total_steps))
+                         for r, o in zip(test, current_outcomes)]}
   args.out.mkdir(parents=True, exist_ok=True)
   if args.write_calibration:
     args.write_calibration.write_text(shipped.to_json())
