@@ -146,6 +146,7 @@ def test_side_by_side_table_and_the_same_stops_check():
   assert 'Rows (a): the stop step is the same on dense and thinned readings in 3 of 4 runs ' \
          '(differs: default/grpo_seed32).' in text
   assert 'Rows (c): the stop step is the same on dense and thinned readings in 4 of 4 runs.' in text
-  assert '| eval_accuracy | all | thinned | 4 | 0.040 | 0.016 [0.014, 0.018] | 0.40x | 75% |' in text
+  assert ('| eval_accuracy | all | thinned | 4 | 0.040 | 0.016 [0.014, 0.018] | 0.40x | 75% |'
+          in text)
   with pytest.raises(ValueError, match='different runs'):
     dense_final.same_stops(rows, rows[:3])
