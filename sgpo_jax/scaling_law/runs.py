@@ -92,9 +92,14 @@ class RunRecord:
     return float(np.median(self.values[:R0_HEAD_POINTS]))
 
   @property
-  def actual_final(self) -> float:
+  def final_readings(self) -> np.ndarray:
+    """The readings in the last ACTUAL_FINAL_WINDOW of the run's steps."""
     window_start = self.steps[-1] - ACTUAL_FINAL_WINDOW * self.total_steps
-    return float(np.mean(self.values[self.steps >= window_start]))
+    return self.values[self.steps >= window_start]
+
+  @property
+  def actual_final(self) -> float:
+    return float(np.mean(self.final_readings))
 
 
 def _read_json(path: Path) -> dict[str, Any]:
