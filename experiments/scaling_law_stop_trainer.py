@@ -119,9 +119,12 @@ def table_outcome(run: dict[str, Any], table: list[dict[str, Any]], setting: dic
   return dict(NEVER)
 
 
-def seed_pools(design: list[dict[str, Any]]) -> dict[str, CalibrationSet]:
-  """Per seed, the calibration set of the design runs of the other seeds."""
-  return {seed: transfer.calibration_set([r for r in design if _seed(r) != seed])
+def seed_pools(design: list[dict[str, Any]], config_scores_min: int = 0
+               ) -> dict[str, CalibrationSet]:
+  """Per seed, the calibration set of the design runs of the other seeds (intervals per config
+  with `config_scores_min`, as in `transfer.calibration_set`)."""
+  return {seed: transfer.calibration_set([r for r in design if _seed(r) != seed],
+                                         config_scores_min=config_scores_min)
           for seed in dict.fromkeys(_seed(run) for run in design)}
 
 
@@ -181,7 +184,14 @@ def main(argv: list[str] | None = None) -> int:
                            'sgpo_jax/scaling_law/stop_calibration_runs.json)')
   parser.add_argument('--out', type=Path, required=True)
   parser.add_argument('--seed', type=int, default=0, help='bootstrap seed')
+  parser.add_argument('--config-scores-min', type=int, default=0, metavar='K',
+                      help="intervals per config in the design runs' sets (their pools and "
+                           'the written set) where a config has >= K runs '
+                           '(CalibrationSet.config_scores_min; 0: the whole pool)')
   args = parser.parse_args(argv)
+  if args.config_scores_min < 0:
+    parser.error(f'--config-scores-min={args.config_scores_min} must be >= 0 (0: intervals '
+                 'from the whole pool)')
   start = time.time()
   try:
     design, test = load(args.design), load(args.test)
@@ -197,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
       REPO / 'sgpo_jax' / 'scaling_law' / 'stop_calibration_runs.json')
   reference = CalibrationSet.load(reference_path)
   rng = np.random.default_rng(args.seed)
-  pools = seed_pools(design)
+  pools = seed_pools(design, args.config_scores_min)
   tables = design_tables(design, pools)
   entries = entries_for(design, tables)
   best = transfer.choose(entries)
@@ -205,14 +215,20 @@ def main(argv: list[str] | None = None) -> int:
   for run in design:
     run['seed_of_run'] = _seed(run)
   nested = cal.choose_out_of_sample(design, entries, cal.meets, key='seed_of_run')
-  shipped = transfer.calibration_set(design)
+  seeds = transfer._seeds(design)
+  shipped = transfer.calibration_set(
+      design, config_scores_min=args.config_scores_min,
+      source=f'the {len(design)} design runs (seeds {seeds[0][4:]}-{seeds[-1][4:]}) of '
+             'experiments/scaling_law_stop_trainer.py')
   current = default_setting()
   result: dict[str, Any] = {
       'command': ' '.join(['PYTHONPATH=. python experiments/scaling_law_stop_trainer.py',
                            '--design', *map(str, args.design)]
                           + (['--test', *map(str, args.test)] if args.test else [])
                           + (['--reference-calibration', str(args.reference_calibration)]
-                             if args.reference_calibration else [])),
+                             if args.reference_calibration else [])
+                          + ([f'--config-scores-min {args.config_scores_min}']
+                             if args.config_scores_min else [])),
       'grid_size': len(GRID), 'current_setting': transfer._jsonable(current),
       'reference_calibration': str(reference_path.relative_to(REPO)
                                    if reference_path.is_relative_to(REPO) else reference_path),
@@ -229,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                           'outcomes')}}
                               for e in sorted(entries, key=lambda e: -e['saved_mean'])
                               if cal.meets(e)][:10]}}
+  if args.config_scores_min:  # only when set: the earlier reports stay byte-identical
+    result['config_scores_min'] = args.config_scores_min
   if chosen:  # the fast replay is the trainer's code path: checked on every design run
     slow = [transfer.trainer_outcome(run, pools[_seed(run)], chosen) for run in design]
     _check_same(design, best['outcomes'], slow)
@@ -242,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         'chosen_summary': transfer.scored(test, chosen_outcomes, rng) if chosen else None,
         'current_summary': transfer.scored(test, current_outcomes, rng),
         'chosen_config_out_summary': transfer.scored(test, [transfer.trainer_outcome(r, CalibrationSet(
-            [x for x in shipped.records if x.group != r['group']], shipped.source), chosen)
+            [x for x in shipped.records if x.group != r['group']], shipped.source,
+            config_scores_min=shipped.config_scores_min), chosen)
             for r in test], rng) if chosen else None,
         'trend_summary': transfer.scored(test, [cal.stop_outcome(r['eval'], cal.DEFAULT_TREND)
                                                 for r in test], rng),
@@ -283,7 +302,10 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
            '<= 1 point, worst <= 3. Design runs forecast from the design runs of other seeds.',
            '', f"Chosen on the design runs ({result['grid_size']} settings): "
            f"`{design['chosen']}`. The trainer's current setting: "
-           f"`{result['current_setting']}`.", '', '## Design runs', '', header]
+           f"`{result['current_setting']}`."
+           + (f" Intervals per config (`config_scores_min` {result['config_scores_min']}) in "
+              "the design runs' sets." if result.get('config_scores_min') else ''),
+           '', '## Design runs', '', header]
   if design['chosen_summary']:
     lines.append(transfer._line('chosen, in sample', design['chosen_summary']))
   lines.append(transfer._line('chosen without each seed, scored on it (nested)',

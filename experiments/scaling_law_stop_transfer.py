@@ -93,13 +93,19 @@ def stop_points(targets: list[dict[str, Any]], design: list[dict[str, Any]]
   return points
 
 
-def calibration_set(design: list[dict[str, Any]], exclude_seed: str = '') -> CalibrationSet:
+def calibration_set(design: list[dict[str, Any]], exclude_seed: str = '', *,
+                    config_scores_min: int = 0,
+                    source: str = 'the 80 design runs of '
+                                  'experiments/results/scaling_law_stop_transfer'
+                    ) -> CalibrationSet:
   """The design runs' prefix features at every FRACTIONS fraction (minus one seed group): what
   the trainer's rule 'bound' forecasts from (`early_stop.STOP_CALIBRATION_PATH` is this set
-  of the plan's design runs)."""
+  of the plan's design runs; `source` says which runs). config_scores_min > 0: intervals per
+  config where the config has that many runs (`CalibrationSet.config_scores_min`, stored in
+  the set's file)."""
   kept = [run for run in design if run['seed_group'] != exclude_seed]
   return CalibrationSet([record for fraction in FRACTIONS for record in _features(kept, fraction)],
-                        'the 80 design runs of experiments/results/scaling_law_stop_transfer')
+                        source, config_scores_min=config_scores_min)
 
 
 def trainer_rows(run: dict[str, Any]) -> list[dict[str, Any]]:

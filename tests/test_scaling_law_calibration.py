@@ -963,6 +963,61 @@ def test_trainer_bound_stopper_decides_once_per_fraction_at_the_first_eval_past_
     make_stopper(_bound_config(calibration='/nope.json'), 100)
 
 
+def _mixed_regime_runs():
+  """20 runs of one regime, 10 seeds each of two configs: 'steady' ends where it is from step
+  30 on; half the seeds of 'riser' gain 0.06 after step 70, the other half stay."""
+  import dataclasses
+  steps = np.arange(0, 101, 10, dtype=float)
+  runs = []
+  for config in ('steady', 'riser'):
+    for seed in range(10):
+      values = np.full(11, 0.6 + 0.001 * seed)
+      values[0] = 0.5
+      if config == 'riser' and seed % 2:
+        values[8:] += 0.06
+      record = dataclasses.replace(_run_record(steps, values, 100), name=f'r/{config}_seed{seed}',
+                                   method='grpo', finished=True)
+      runs.append({'eval': record, 'name': record.name, 'regime': 'r', 'group': f'r/{config}',
+                   'seed_group': f'r/seed{seed}'})
+  return runs
+
+
+def test_bound_stopper_with_intervals_per_config_stops_a_steady_config_and_waits_on_a_riser():
+  from sgpo_jax.scaling_law.calibration import CalibrationSet
+  from sgpo_jax.scaling_law.early_stop import BoundStopper
+  transfer = _transfer_script()
+  runs = _mixed_regime_runs()
+
+  def stop_step(run, calibration):
+    stopper = BoundStopper(_bound_config(bound_delta=0.02), 100, calibration=calibration,
+                           method='grpo', regime='r', group=run['group'], run=run['name'])
+    for step, value in zip(run['eval'].steps, run['eval'].values):
+      decision = stopper.update_row({'step': int(step), 'eval_accuracy': float(value)})
+      if decision.should_stop:
+        return step, decision
+    return None, decision
+
+  steady, riser = runs[0], runs[11]  # seed 0 of each: neither rises
+  others = [r for r in runs if r['seed_group'] != 'r/seed0']  # 9 seeds of each config
+  pooled = transfer.calibration_set(others)
+  per_config = transfer.calibration_set(others, config_scores_min=9, source='hand-made')
+  assert per_config.config_scores_min == 9 and per_config.source == 'hand-made'
+  assert per_config.records == pooled.records  # the same runs; only the interval rule differs
+  # Pooled, the riser's late gains widen every interval: the steady run never stops.
+  assert stop_step(steady, pooled)[0] is None
+  # Per config, the steady run's interval is its own config's (within 0.02): it stops at the
+  # first checkpoint; the riser config still waits (its own seeds gained 0.06).
+  step, decision = stop_step(steady, per_config)
+  assert step == 50 and 'interval from the 9 runs of config r/steady' in decision.reason
+  assert stop_step(riser, per_config)[0] is None
+  # With too few runs of its config (8 < 9) the pool's scores apply, as without the rule.
+  fewer = transfer.calibration_set([r for r in others if r['name'] != 'r/steady_seed1'],
+                                   config_scores_min=9)
+  assert stop_step(steady, fewer)[0] is None
+  # The rule travels in the set's file, as the trainer loads it.
+  assert CalibrationSet.from_json(per_config.to_json()).config_scores_min == 9
+
+
 def test_config_check_names_a_bad_bound_setting_before_compute():
   from sgpo_jax import config_check
   config = config_check.default_config()
@@ -1210,6 +1265,19 @@ def test_stop_trainer_script_chooses_and_tests_on_other_seeds(tmp_path, capsys):
     trainer.main(['--design', str(tmp_path / 'design.json'), '--test',
                   str(tmp_path / 'design.json'), '--out', str(tmp_path / 'again')])
   assert "seeds ['seed5', 'seed6'] are in both" in capsys.readouterr().err
+  # Intervals per config: in the design pools and the written set, named in the report.
+  assert trainer.main(['--design', str(tmp_path / 'design.json'), '--out', str(out),
+                       '--write-calibration', str(written), '--config-scores-min', '2']) == 0
+  ruled = CalibrationSet.load(written)
+  assert ruled.config_scores_min == 2
+  assert json.loads(written.read_text())['source'] == (
+      'the 4 design runs (seeds 5-6) of experiments/scaling_law_stop_trainer.py')
+  assert json.loads((out / 'stop_results.json').read_text())['config_scores_min'] == 2
+  assert 'Intervals per config (`config_scores_min` 2)' in (out / 'stop_results.md').read_text()
+  with pytest.raises(SystemExit):
+    trainer.main(['--design', str(tmp_path / 'design.json'), '--out', str(out),
+                  '--config-scores-min', '-1'])
+  assert '--config-scores-min=-1 must be >= 0' in capsys.readouterr().err
 
 
 def test_rebuilt_calibration_set_keeps_the_interval_rule_it_was_tested_with(tmp_path,
