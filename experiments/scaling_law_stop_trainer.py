@@ -35,6 +35,8 @@ Loss = final accuracy (mean of the last 5% of the run) minus the reading at the 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import inspect
 import json
 import sys
 import time
@@ -134,6 +136,51 @@ def design_tables(design: list[dict[str, Any]], pools: dict[str, CalibrationSet]
   return [trainer_table(run, pools[_seed(run)]) for run in design]
 
 
+def _table_code() -> list[str]:
+  """The code a table depends on (the stopper, the forecaster, the functions that feed them):
+  a cache written by other code is not reused."""
+  files = [REPO / 'sgpo_jax' / 'scaling_law' / name
+           for name in ('early_stop.py', 'calibration.py', 'conformal.py', 'runs.py')]
+  files.append(REPO / 'sgpo_jax' / 'default_config.py')  # the regimes' planned lengths
+  functions = [trainer_table, seed_pools, design_tables, transfer.calibration_set,
+               transfer.bound_stopper, transfer.trainer_rows, transfer._features,
+               transfer._planned_length]
+  return ([hashlib.sha256(p.read_bytes()).hexdigest() for p in files]
+          + [inspect.getsource(f) for f in functions])
+
+
+def _tables_key(design: list[dict[str, Any]], config_scores_min: int) -> str:
+  """What `design_tables` depends on: the runs' rows, names and groups, the interval rule and
+  the code of the stopper, the forecaster and this script."""
+  blob = json.dumps({'config_scores_min': config_scores_min,
+                     'code': _table_code(),
+                     'runs': [[r['name'], r['group'], r['regime'], r['seed_group'],
+                               float(r['eval'].actual_final), transfer.trainer_rows(r)]
+                              for r in design]}, sort_keys=True)
+  return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def cached_design_tables(design: list[dict[str, Any]], pools: dict[str, CalibrationSet],
+                         cache: Path | None, config_scores_min: int
+                         ) -> tuple[list[list[dict[str, Any]]], bool]:
+  """`design_tables`, read from `cache` when it holds the tables of these runs, rule and code
+  (`_tables_key`), else computed (and written there). Returns (tables, read from cache)."""
+  key = _tables_key(design, config_scores_min)
+  if cache is not None and cache.exists():
+    stored = json.loads(cache.read_text())
+    if stored.get('key') == key:
+      return [[{**row, 'blocked': {None if t is None else float(t): b for t, b in row['blocked']},
+                'upper': {float(c): u for c, u in row['upper']}} for row in table]
+              for table in stored['tables']], True
+  tables = design_tables(design, pools)
+  if cache is not None:
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({'key': key, 'tables': [
+        [{**row, 'blocked': list(row['blocked'].items()), 'upper': list(row['upper'].items())}
+         for row in table] for table in tables]}))
+  return tables, False
+
+
 def _seed(run: dict[str, Any]) -> str:
   """The run's seed ('seed7'), shared by its two regimes' runs."""
   return run['seed_group'].split('/')[-1]
@@ -184,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
                            'sgpo_jax/scaling_law/stop_calibration_runs.json)')
   parser.add_argument('--out', type=Path, required=True)
   parser.add_argument('--seed', type=int, default=0, help='bootstrap seed')
+  parser.add_argument('--design-cache', type=Path, default=None, metavar='JSON',
+                      help="the design runs' tables (the slow part), reused by a later call "
+                           'with the same runs, --config-scores-min and code (else rebuilt)')
   parser.add_argument('--config-scores-min', type=int, default=0, metavar='K',
                       help="intervals per config in the design runs' sets (their pools and "
                            'the written set) where a config has >= K runs '
@@ -208,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
   reference = CalibrationSet.load(reference_path)
   rng = np.random.default_rng(args.seed)
   pools = seed_pools(design, args.config_scores_min)
-  tables = design_tables(design, pools)
+  tables, from_cache = cached_design_tables(design, pools, args.design_cache,
+                                            args.config_scores_min)
   entries = entries_for(design, tables)
   best = transfer.choose(entries)
   chosen = best['setting'] if best else None
@@ -247,7 +298,9 @@ def main(argv: list[str] | None = None) -> int:
                               if cal.meets(e)][:10]}}
   if args.config_scores_min:  # only when set: the earlier reports stay byte-identical
     result['config_scores_min'] = args.config_scores_min
-  if chosen:  # the fast replay is the trainer's code path: checked on every design run
+  # The fast replay is the trainer's code path: checked on every design run when the tables
+  # are built (a cache is only read back for the same runs and code).
+  if chosen and not from_cache:
     slow = [transfer.trainer_outcome(run, pools[_seed(run)], chosen) for run in design]
     _check_same(design, best['outcomes'], slow)
   if test:

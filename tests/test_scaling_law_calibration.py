@@ -1278,6 +1278,21 @@ def test_stop_trainer_script_chooses_and_tests_on_other_seeds(tmp_path, capsys):
     trainer.main(['--design', str(tmp_path / 'design.json'), '--out', str(out),
                   '--config-scores-min', '-1'])
   assert '--config-scores-min=-1 must be >= 0' in capsys.readouterr().err
+  # The design tables cached: a second call reads them back and reports the same; another
+  # interval rule does not reuse them.
+  cache = tmp_path / 'tables.json'
+  args = ['--design', str(tmp_path / 'design.json'), '--test', str(tmp_path / 'test.json'),
+          '--design-cache', str(cache)]
+  assert trainer.main(args + ['--out', str(tmp_path / 'first')]) == 0
+  key = json.loads(cache.read_text())['key']
+  cached, used = trainer.cached_design_tables(
+      trainer.load([tmp_path / 'design.json']), {}, cache, 0)
+  assert used and cached[0] and set(cached[0][0]['upper']) == set(trainer.CONFIDENCES)
+  assert trainer.main(args + ['--out', str(tmp_path / 'second')]) == 0
+  assert (tmp_path / 'first' / 'stop_results.json').read_text() == \
+      (tmp_path / 'second' / 'stop_results.json').read_text()
+  assert trainer.main(args + ['--out', str(tmp_path / 'third'), '--config-scores-min', '2']) == 0
+  assert json.loads(cache.read_text())['key'] != key
 
 
 def test_rebuilt_calibration_set_keeps_the_interval_rule_it_was_tested_with(tmp_path,
