@@ -140,7 +140,8 @@ def report_lines(noise: dict[str, Any], command: str) -> list[str]:
 STOP_ROWS = (('chosen_summary', 'chosen, calibration set of the design runs (a)'),
              ('chosen_config_out_summary', "the same, the run's config left out (b)"),
              ('current_summary', "the trainer's current setting and set (c)"),
-             ('trend_summary', 'trend, trainer default (d)'))
+             ('trend_summary', 'trend, trainer default (d)'),
+             ('current_design_set_summary', "the current setting with the design runs' set (e)"))
 FORECAST_ROWS = (('eval_accuracy', 'all'), ('eval_accuracy', 'default'),
                  ('eval_accuracy', 'paper_like'), ('reward_mean', 'all'),
                  ('reward_over_profile', 'all'))
