@@ -1295,6 +1295,19 @@ def test_stop_trainer_script_chooses_and_tests_on_other_seeds(tmp_path, capsys):
   assert json.loads(cache.read_text())['key'] != key
 
 
+def test_least_worst_saving_is_the_frontier_at_the_saving_target():
+  trainer = _experiment_script('scaling_law_stop_trainer')
+  entries = [{'setting': 'a', 'saved_mean': 0.25, 'loss_mean': -0.01, 'loss_max': 0.02},
+             {'setting': 'b', 'saved_mean': 0.31, 'loss_mean': 0.0, 'loss_max': 0.034},
+             {'setting': 'c', 'saved_mean': 0.40, 'loss_mean': 0.0, 'loss_max': 0.034},
+             {'setting': 'd', 'saved_mean': 0.35, 'loss_mean': 0.02, 'loss_max': 0.031},
+             {'setting': 'e', 'saved_mean': 0.33, 'loss_mean': 0.0, 'loss_max': 0.05}]
+  # a saves too little, d loses too much on average; b and c tie on the worst: c saves more.
+  assert trainer.least_worst_saving(entries)['setting'] == 'c'
+  assert trainer.least_worst_saving(entries, saved_min=0.2)['setting'] == 'a'
+  assert trainer.least_worst_saving(entries, saved_min=0.5) is None
+
+
 def test_rebuilt_calibration_set_keeps_the_interval_rule_it_was_tested_with(tmp_path,
                                                                              monkeypatch):
   calibrate = _calibrate_script()
