@@ -249,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument('--design-cache', type=Path, default=None, metavar='JSON',
                       help="the design runs' tables (the slow part), reused by a later call "
                            'with the same runs, --config-scores-min and code (else rebuilt)')
+  parser.add_argument('--least-worst-row', action='store_true',
+                      help='also report the setting saving >= 30%% with the least worst loss '
+                           '(on with --config-scores-min)')
   parser.add_argument('--config-scores-min', type=int, default=0, metavar='K',
                       help="intervals per config in the design runs' sets (their pools and "
                            'the written set) where a config has >= K runs '
@@ -295,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
                           + (['--reference-calibration', str(args.reference_calibration)]
                              if args.reference_calibration else [])
                           + ([f'--config-scores-min {args.config_scores_min}']
-                             if args.config_scores_min else [])),
+                             if args.config_scores_min else [])
+                          + (['--least-worst-row'] if args.least_worst_row else [])),
       'grid_size': len(GRID), 'current_setting': transfer._jsonable(current),
       'reference_calibration': str(reference_path.relative_to(REPO)
                                    if reference_path.is_relative_to(REPO) else reference_path),
@@ -312,14 +316,29 @@ def main(argv: list[str] | None = None) -> int:
                                                                           'outcomes')}}
                               for e in sorted(entries, key=lambda e: -e['saved_mean'])
                               if cal.meets(e)][:10]}}
+  least_worst = bool(args.config_scores_min or args.least_worst_row)
   if args.config_scores_min:  # only when set: the earlier reports stay byte-identical
     result['config_scores_min'] = args.config_scores_min
-    # Added with the sixth test (same condition, so earlier reports are unchanged): the
+  if least_worst:
+    # Added with the sixth test (off by default, so earlier reports are unchanged): the
     # setting saving >= 30% with the least worst loss on the design runs.
     result['design']['least_worst_at_30'] = transfer._jsonable(
         at_target['setting']) if at_target else None
     result['design']['least_worst_at_30_summary'] = (
         transfer.scored(design, at_target['outcomes'], rng) if at_target else None)
+    # The same frontier point for rule 'trend' (its grid, replayed on each run's readings and
+    # actual length, `scaling_law_calibrate.stop_outcome`).
+    trend_entries = []
+    for setting in cal.TREND_GRID:
+      outcomes = [cal.stop_outcome(run['eval'], setting) for run in design]
+      trend_entries.append({'setting': setting, 'outcomes': outcomes,
+                            **cal.summarise_stops(outcomes)})
+    trend_best = least_worst_saving(trend_entries)
+    result['design']['trend_meeting_targets'] = sum(cal.meets(e) for e in trend_entries)
+    result['design']['trend_least_worst_at_30'] = (
+        dict(trend_best['setting']) if trend_best else None)
+    result['design']['trend_least_worst_at_30_summary'] = (
+        transfer.scored(design, trend_best['outcomes'], rng) if trend_best else None)
   # The fast replay is the trainer's code path: checked on every design run when the tables
   # are built (a cache is only read back for the same runs and code).
   if chosen and not from_cache:
@@ -345,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         'current_design_set_summary': transfer.scored(test, through(current, shipped), rng),
         **({'least_worst_at_30_summary': transfer.scored(
             test, through(at_target['setting'], shipped), rng)}
-           if args.config_scores_min and at_target else {}),
+           if least_worst and at_target else {}),
         'chosen_rows': [dict(o, run=r['name'], total_steps=int(r['eval'].total_steps))
                         for r, o in zip(test, chosen_outcomes)],
         'current_rows': [dict(o, run=r['name'], total_steps=int(r['eval'].total_steps))
@@ -393,6 +412,12 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
     lines.append(transfer._line(f"saving >= 30% with the least worst loss in sample: "
                                 f"`{design['least_worst_at_30']}`",
                                 design['least_worst_at_30_summary']))
+  if design.get('trend_least_worst_at_30_summary'):
+    lines.append(transfer._line(f"`trend` ({len(cal.TREND_GRID)} settings, "
+                                f"{design['trend_meeting_targets']} meeting mean and worst "
+                                f"loss) saving >= 30% with the least worst loss: "
+                                f"`{design['trend_least_worst_at_30']}`",
+                                design['trend_least_worst_at_30_summary']))
   lines += ['', 'Settings meeting the targets on the design runs, most saving first:', '',
             '| setting | saved | mean loss | worst |', '|---|---|---|---|']
   for entry in design['frontier']:

@@ -1293,6 +1293,18 @@ def test_stop_trainer_script_chooses_and_tests_on_other_seeds(tmp_path, capsys):
       (tmp_path / 'second' / 'stop_results.json').read_text()
   assert trainer.main(args + ['--out', str(tmp_path / 'third'), '--config-scores-min', '2']) == 0
   assert json.loads(cache.read_text())['key'] != key
+  # The frontier rows: off by default (earlier reports unchanged), on with the flag.
+  assert 'least_worst_at_30' not in json.loads(
+      (tmp_path / 'first' / 'stop_results.json').read_text())['design']
+  assert trainer.main(args + ['--out', str(tmp_path / 'fourth'), '--least-worst-row']) == 0
+  design = json.loads((tmp_path / 'fourth' / 'stop_results.json').read_text())['design']
+  calibrate_grid = _calibrate_script().TREND_GRID
+  assert 0 <= design['trend_meeting_targets'] <= len(calibrate_grid)
+  for key in ('least_worst_at_30', 'trend_least_worst_at_30'):
+    assert key in design
+    if design[key] is not None:  # its summary saves >= 30% with mean loss <= 1 point
+      summary = design[key + '_summary']
+      assert summary['saved_mean'] >= 0.3 - 1e-12 and summary['loss_mean'] <= 0.01
 
 
 def test_least_worst_saving_is_the_frontier_at_the_saving_target():

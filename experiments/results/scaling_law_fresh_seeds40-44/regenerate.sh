@@ -40,6 +40,11 @@ for FINAL in dense thinned; do
     --config-scores-min 9 --design-cache "$TABLES" --test "$REL/$FINAL/trajectories.json" \
     --write-calibration "${STOP_SET:-/tmp/stop_calibration_seeds5-39_k9.json}" --out "$REL/stop_$FINAL"
 done
+# 3b. For comparison (after the plan, on the design runs only): the same design half with pooled
+#     intervals, and the frontier points of both rules.
+PYTHONPATH=. python experiments/scaling_law_stop_trainer.py --design $DESIGN --least-worst-row \
+  --design-cache "${POOLED_TABLES:-/tmp/stop_design_tables_seeds5-39_pooled.json}" \
+  --out "$REL/stop_design_pooled"
 # 4. Side by side.
 PYTHONPATH=. python experiments/scaling_law_dense_final.py --side-by-side \
   "$REL/stop_dense/stop_results.json" "$REL/stop_thinned/stop_results.json" \
