@@ -5,7 +5,8 @@ experiments/results/scaling_law_fresh_seeds25-34/PLAN.md).
     PYTHONPATH=. python experiments/scaling_law_stop_trainer.py \
         --design experiments/results/scaling_law_fresh/trajectories.json ... \
         [--test RUN_DIRS_OR_TRAJECTORIES ...] [--reference-calibration JSON] \
-        [--write-calibration JSON] --out DIR
+        [--write-calibration JSON] [--config-scores-min K] [--design-cache JSON] \
+        [--least-worst-row] --out DIR
 
 Why a second chooser (`scaling_law_stop_transfer.py` chose the shipped setting): that one
 chose on the replay form (the last reading at or before each fraction, the run's actual
@@ -29,6 +30,10 @@ setting is chosen, and scored, in the form the trainer runs.
 - Test: the chosen setting with the calibration set of every design run (what
   --write-calibration writes and the trainer ships), and, for reference, the trainer's
   current default setting with --reference-calibration (the set it ships now).
+- Sixth test (`experiments/results/scaling_law_fresh_seeds40-44/PLAN.md`): --config-scores-min
+  gives the design pools and the written set intervals per config; --least-worst-row also
+  reports each rule's frontier point (the setting saving >= 30% with the least worst loss);
+  --design-cache keeps the design tables for the next call on the same runs and code.
 Loss = final accuracy (mean of the last 5% of the run) minus the reading at the stop.
 """
 
@@ -151,7 +156,7 @@ def _table_code() -> list[str]:
 
 def _tables_key(design: list[dict[str, Any]], config_scores_min: int) -> str:
   """What `design_tables` depends on: the runs' rows, names and groups, the interval rule and
-  the code of the stopper, the forecaster and this script."""
+  the code of the stopper, the forecaster and the functions here that feed them."""
   blob = json.dumps({'config_scores_min': config_scores_min,
                      'code': _table_code(),
                      'runs': [[r['name'], r['group'], r['regime'], r['seed_group'],
