@@ -533,12 +533,19 @@ def choose_out_of_sample(evals: list[dict[str, Any]], grid: list[dict[str, Any]]
   return held_out
 
 
-def early_stop_study(runs: list[dict[str, Any]]) -> dict[str, Any]:
-  evals = [run for run in runs if 'eval' in run and run['eval'].steps.size >= 4]
+def trend_grid(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  """Rule 'trend' replayed on each run's eval readings and actual length (`stop_outcome`),
+  for every setting of TREND_GRID: the setting, its summary and its per-run outcomes."""
   grid = []
   for setting in TREND_GRID:
-    outcomes = [stop_outcome(run['eval'], setting) for run in evals]
+    outcomes = [stop_outcome(run['eval'], setting) for run in runs]
     grid.append({'setting': setting, **summarise_stops(outcomes), 'outcomes': outcomes})
+  return grid
+
+
+def early_stop_study(runs: list[dict[str, Any]]) -> dict[str, Any]:
+  evals = [run for run in runs if 'eval' in run and run['eval'].steps.size >= 4]
+  grid = trend_grid(evals)
   held_out = choose_out_of_sample(evals, grid, meets)
   held_out_seed = choose_out_of_sample(evals, grid, meets, key='seed_group')
   # Oracle: the best checkpoint among the evals that save >= 30% of the run, per run.

@@ -332,12 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     result['design']['least_worst_at_30_summary'] = (
         transfer.scored(design, at_target['outcomes'], rng) if at_target else None)
     # The same frontier point for rule 'trend' (its grid, replayed on each run's readings and
-    # actual length, `scaling_law_calibrate.stop_outcome`).
-    trend_entries = []
-    for setting in cal.TREND_GRID:
-      outcomes = [cal.stop_outcome(run['eval'], setting) for run in design]
-      trend_entries.append({'setting': setting, 'outcomes': outcomes,
-                            **cal.summarise_stops(outcomes)})
+    # actual length).
+    trend_entries = cal.trend_grid(design)
     trend_best = least_worst_saving(trend_entries)
     result['design']['trend_meeting_targets'] = sum(cal.meets(e) for e in trend_entries)
     result['design']['trend_least_worst_at_30'] = (
