@@ -4,7 +4,8 @@
 #   bash experiments/results/scaling_law_fresh_seeds45-49/regenerate.sh NEW_RUNS  # from run folders
 # The new runs were made as the sixth test's (two processes sharing NEW_RUNS, the same commands;
 # a clone of 1c951bd as CODE; the warm-start cache of the earlier sweeps as CACHE; the runner
-# skips finished runs; FRACTIONS = default_config.REGIME_EVAL_FRACTIONS and 0.955, ..., 0.995):
+# skips finished runs; FRACTIONS = default_config.REGIME_EVAL_FRACTIONS and 0.955, ..., 0.995,
+# sorted: the config check refuses a list that is not strictly increasing):
 #   COMMON="--runs-dir NEW_RUNS --code-dir CODE --cache-dir CACHE --regimes default,paper_like"
 #   python experiments/compare.py $COMMON \
 #     --arms grpo,dapo,sgpo,greso,knapsack,sgpo_bayes,dapo_g4,sgpo_bayes_g24 --seeds 45-49 \
