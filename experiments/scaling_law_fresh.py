@@ -29,7 +29,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -66,10 +66,10 @@ def seed_of(run: dict[str, Any]) -> str:
   return run['seed_group'].rsplit('/', 1)[-1]
 
 
-def forecast_rows(runs: list[dict[str, Any]], calibration: CalibrationSet
-                  ) -> list[dict[str, Any]]:
-  """Per run and metric (eval, reward): the CLI's forecast with and without the config group,
-  and the flat baseline."""
+def forecast_rows(runs: list[dict[str, Any]], calibration: CalibrationSet,
+                  variants: dict[str, str | None] = VARIANTS) -> list[dict[str, Any]]:
+  """Per run and metric (eval, reward): the CLI's forecast per `variants` (default: with and
+  without the config group), and the flat baseline."""
   rows = []
   for run in runs:
     for key in ('eval', 'reward'):
@@ -83,7 +83,7 @@ def forecast_rows(runs: list[dict[str, Any]], calibration: CalibrationSet
                'seed': seed_of(run), 'method': record.method, 'metric': record.metric,
                'total_steps': record.total_steps, 'flat': flat, 'actual': record.actual_final,
                'flat_err': abs(flat - record.actual_final)}
-        for variant, group in VARIANTS.items():
+        for variant, group in variants.items():
           out, _ = evaluate_run(record, OBSERVE_FRACTION, calibration=calibration, group=group)
           if out['predicted_final_reward'] is None:
             raise ValueError(f"{run['name']} {record.metric}: no forecast ({out['error']})")
@@ -98,16 +98,17 @@ def forecast_rows(runs: list[dict[str, Any]], calibration: CalibrationSet
   return rows
 
 
-def summarise(rows: list[dict[str, Any]], rng: np.random.Generator) -> dict[str, Any]:
-  """Mean |error| (both variants and flat), ratio to flat and coverage, with bootstrap 95%
-  intervals resampling seeds (a seed's runs share their start and their early curve)."""
+def summarise(rows: list[dict[str, Any]], rng: np.random.Generator,
+              variants: Iterable[str] = VARIANTS) -> dict[str, Any]:
+  """Mean |error| (each of `variants` and flat), ratio to flat and coverage, with bootstrap
+  95% intervals resampling seeds (a seed's runs share their start and their early curve)."""
   seeds = sorted({row['seed'] for row in rows})
   by_seed = {seed: [row for row in rows if row['seed'] == seed] for seed in seeds}
 
   def stats(members: list[dict[str, Any]]) -> dict[str, float]:
     flat = float(np.mean([row['flat_err'] for row in members]))
     out = {'flat_err': flat}
-    for variant in VARIANTS:
+    for variant in variants:
       err = float(np.mean([row[variant]['err'] for row in members]))
       out[f'{variant}_err'] = err
       out[f'{variant}_ratio'] = err / flat if flat > 0 else float('inf')
