@@ -37,6 +37,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -129,6 +130,11 @@ def complete_seeds(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _seed_key(seed: str) -> int:
   return int(seed.removeprefix('seed'))
+
+
+def seed_span(seeds: Iterable[str]) -> str:
+  """'25-29, 35' for seed labels `seed<k>` (the form `transfer._seeds` returns)."""
+  return cal.seed_range(f'run_{seed}' for seed in seeds)
 
 
 def upper_share(k: int, n: int, confidence: float = 0.95) -> float:
@@ -235,17 +241,17 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
       'seeds]', '',
       '## The CLI from the first 30% (shipped calibration set)', '',
       f"Calibration set `{cli['calibration']}` (seeds {cli['calibration_seeds']}); seeds left "
-      f"out: {cal.seed_range(cli['left_out_seeds'])}. {cli['n_runs']} runs of seeds "
-      f"{cal.seed_range(cli['seeds'])}; balanced seeds (every config run): "
-      f"{cal.seed_range(cli['balanced_seeds'])}.", '',
+      f"out: {seed_span(cli['left_out_seeds'])}. {cli['n_runs']} runs of seeds "
+      f"{seed_span(cli['seeds'])}; balanced seeds (every config run): "
+      f"{seed_span(cli['balanced_seeds'])}.", '',
       '| metric | runs | n | seeds | flat | error | ratio | coverage |',
       '|---|---|---|---|---|---|---|---|']
   lines += [_cli_line(s) for s in cli['summaries']]
   lines += [
       '', "## Early stop as the trainer runs it (current setting and shipped set)", '',
       f"Setting `{stop['setting']}`, calibration `{stop['calibration']}` (seeds "
-      f"{stop['calibration_seeds']}); seeds left out: {cal.seed_range(stop['left_out_seeds'])}. "
-      f"Balanced: the {stop['n_balanced']} runs of seeds {cal.seed_range(stop['balanced_seeds'])} "
+      f"{stop['calibration_seeds']}); seeds left out: {seed_span(stop['left_out_seeds'])}. "
+      f"Balanced: the {stop['n_balanced']} runs of seeds {seed_span(stop['balanced_seeds'])} "
       f"(every config run, as each test scored); all: {stop['n_runs']} runs with the sGPO and "
       'GRPO extra seeds. Upper 95%: one-sided Clopper-Pearson bound on the share of runs '
       'losing > 3 points.', '',

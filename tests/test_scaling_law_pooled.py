@@ -93,3 +93,15 @@ def test_committed_report_matches_its_json():
                   if s['metric'] == 'eval_accuracy' and s['label'] == 'balanced seeds')
   assert f"**{accuracy['group_err']:.3f}**" in report
   assert all(not c['differ'] for c in result['checks'])
+  pooled = _script()
+  # The seed lists are printed as spans of the JSON's seed labels, never as 'none' for a list
+  # that holds seeds.
+  for part, key in (('cli', 'seeds'), ('cli', 'left_out_seeds'), ('stop', 'balanced_seeds')):
+    assert pooled.seed_span(result[part][key]) in report
+  assert result['cli']['seeds'] and 'runs of seeds none' not in report
+
+
+def test_seed_span_formats_seed_labels():
+  pooled = _script()
+  assert pooled.seed_span(['seed9', 'seed5', 'seed6', 'seed7']) == '5-7, 9'
+  assert pooled.seed_span([]) == 'none'
