@@ -47,7 +47,6 @@ from sgpo_jax.scaling_law.calibration import (
 from sgpo_jax.scaling_law.conformal import interval_contains
 from sgpo_jax.scaling_law.early_stop import bound_stop_index, trend_stop_step
 from sgpo_jax.scaling_law.runs import (
-  ACTUAL_FINAL_WINDOW,
   RunRecord,
   load_run,
   record_from_dict,
@@ -233,14 +232,14 @@ def noise_floor(run: RunRecord) -> float | None:
   sigma = reading_noise(run)
   if sigma is None:
     return None
-  window = run.steps >= run.steps[-1] - ACTUAL_FINAL_WINDOW * run.total_steps
-  return sigma * np.sqrt(2 / np.pi) / np.sqrt(max(int(window.sum()), 1))
+  return sigma * np.sqrt(2 / np.pi) / np.sqrt(max(int(run.final_readings.size), 1))
 
 
 def above_late_level(run: RunRecord) -> float | None:
   """final - mean of the readings from 50% of the run to the final window (None: no such
   readings)."""
-  start = run.steps[-1] - ACTUAL_FINAL_WINDOW * run.total_steps
+  # The final window's first reading (RunRecord.final_readings' window, read where it is set).
+  start = run.steps[run.steps.size - run.final_readings.size]
   late = (run.steps >= 0.5 * run.total_steps) & (run.steps < start)
   if not late.any():
     return None

@@ -39,6 +39,20 @@ def test_plateau_losses_by_hand():
   assert floors.plateau_losses(_eval([0, 50, 98, 100], [0.5, 0.6, 0.7, 0.74])) is None
 
 
+def test_guarded_plateau_losses_keep_only_readings_near_the_best_so_far():
+  floors = _script()
+  # Best so far at steps > 0: 0.75 (step 50), then 0.76 at step 98. Within 1 point of it:
+  # 0.745 (step 96, best 0.75) and 0.76 (step 98); 0.70 (step 100) is 6 points below 0.76.
+  record = _eval([0, 50, 96, 98, 100], [0.9, 0.75, 0.745, 0.76, 0.70])
+  # Unguarded: 0.73 - 0.745, 0.7225 - 0.76, 0.7525 - 0.70 (points).
+  np.testing.assert_allclose(floors.plateau_losses(record), [-1.5, -3.75, 5.25], atol=1e-9)
+  np.testing.assert_allclose(floors.plateau_losses(record, 0.01), [-1.5, -3.75], atol=1e-9)
+  # Step 0's reading (the initial policy) sets no peak: 0.9 there does not block the rest.
+  # No reading the guard allows: None.
+  dips = _eval([0, 50, 96, 98, 100], [0.5, 0.9, 0.7, 0.71, 0.72])
+  assert floors.plateau_losses(dips, 0.01) is None
+
+
 def test_worst_of_n_on_constant_and_rare_losses():
   floors = _script()
   rng = np.random.default_rng(0)
@@ -60,28 +74,37 @@ def test_worst_of_n_on_constant_and_rare_losses():
     floors.worst_of_n(rare, n=0, draws=10, rng=rng)
 
 
-def _row(err, flat, floor, rho=0.0):
-  return {'err': err, 'flat_err': flat, 'floor': floor, 'rho': rho}
+def _row(err, flat, floor, rho=0.0, seed='seed1'):
+  return {'err': err, 'flat_err': flat, 'floor': floor, 'rho': rho, 'seed': seed}
 
 
 def test_reward_summary_and_verdicts_by_hand():
   floors = _script()
-  summary = floors.reward_summary([_row(0.04, 0.10, 0.035), _row(0.02, 0.06, 0.025)])
+  rng = np.random.default_rng(0)
+  summary = floors.reward_summary([_row(0.04, 0.10, 0.035), _row(0.02, 0.06, 0.025)], rng)
   assert summary['err'] == pytest.approx(0.03) and summary['flat'] == pytest.approx(0.08)
   assert summary['floor'] == pytest.approx(0.03)
   assert summary['err_over_floor'] == pytest.approx(1.0)
   assert summary['ratio'] == pytest.approx(0.375) and summary['oracle_ratio'] == pytest.approx(0.375)
+  # One seed: every bootstrap draw is the whole set.
+  assert summary['floor_ci95'] == pytest.approx([0.03, 0.03])
   assert floors.verdict(summary, 'error') == 'met' and floors.verdict(summary, 'ratio') == 'met'
-  # Error 0.045 over a floor of 0.04: even the late-level oracle misses 0.03.
-  noisy = floors.reward_summary([_row(0.045, 0.07, 0.04)])
+  # Error 0.045 over a floor of 0.04 on every seed: even the late-level oracle misses 0.03.
+  noisy = floors.reward_summary([_row(0.045, 0.07, 0.04, seed=f'seed{k}') for k in range(4)],
+                                rng)
   assert floors.verdict(noisy, 'error') == 'missed, floor above it'
   assert floors.verdict(noisy, 'ratio') == 'missed, floor above it'  # 0.64x, oracle 0.57x
-  # The same numbers with autocorrelated late readings: the floor rules nothing out.
-  correlated = floors.reward_summary([_row(0.045, 0.07, 0.04, rho=0.5)])
+  # A floor over 0.03 on average whose seeds straddle it rules nothing out.
+  straddle = floors.reward_summary([_row(0.045, 0.07, 0.02, seed='seed1'),
+                                    _row(0.045, 0.07, 0.05, seed='seed2')], rng)
+  assert straddle['floor'] == pytest.approx(0.035) and straddle['floor_ci95'][0] < 0.03
+  assert floors.verdict(straddle, 'error') == 'missed'
+  # Autocorrelated late readings: the floor rules nothing out.
+  correlated = floors.reward_summary([_row(0.045, 0.07, 0.04, rho=0.5)], rng)
   assert not correlated['floor_holds']
   assert floors.verdict(correlated, 'error') == 'missed'
-  # A miss above a floor below the target is a plain miss.
-  assert floors.verdict(floors.reward_summary([_row(0.035, 0.2, 0.02)]), 'error') == 'missed'
+  # Without intervals there is no out-of-reach verdict.
+  assert floors.verdict(floors.reward_summary([_row(0.045, 0.07, 0.04)]), 'error') == 'missed'
 
 
 def test_reward_rows_join_each_forecast_to_its_runs_floor_and_name_a_missing_record():
@@ -117,8 +140,13 @@ def test_committed_report_matches_its_json_and_the_pooled_report():
     assert ours['runs'] == theirs['n'] and ours['err'] == pytest.approx(theirs['group_err'])
     assert ours['flat'] == pytest.approx(theirs['flat_err'])
     assert f"**{ours['err']:.4f}**" in report
-  for row in result['plateau']['worst_of_n']:
-    assert f"| {row['n']} | {row['worst_median']:.2f} [" in report
+  for kind, rows in result['plateau']['worst_of_n'].items():
+    for row in rows:
+      assert f"| {kind} | {row['n']} | {row['worst_median']:.2f} [" in report
+  # The guard only drops readings: never more guarded readings than plateau readings.
+  for group in result['plateau']['groups']:
+    if group['guarded']:
+      assert group['guarded']['readings'] <= group['unguarded']['readings']
   balanced = result['rule']['pooled balanced runs']
   assert balanced['runs'] == pooled['stop']['n_balanced']
   assert balanced['worst'] == pytest.approx(100 * pooled['stop']['bound_balanced']['all']['loss_max'])
