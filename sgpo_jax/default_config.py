@@ -291,8 +291,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.early_stop = ml_collections.ConfigDict()
   # Off by default: on the 480 held-out runs of experiments/results/scaling_law_pooled/,
   # 'bound' as the trainer runs it saves 32.8% of steps at a mean gain of 0.63 points, but its
-  # worst loss is 3.95 points (target <= 3; 'trend' 5.90), below what one eval's own scatter
-  # gives a stop that loses nothing (scaling_law_floors/); per test: docs/
+  # worst loss is 3.95 points (target <= 3; 'trend' 5.90): late gains its forecast did not
+  # see, not the noise of one eval (scaling_law_floors/); per test: docs/
   # scaling_law_validation.md. It holds only for regimes its calibration set has runs of (not
   # the README run's), and comparison runs must reach their budget.
   # The settings below are the validated ones.
