@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import scaling_law_calibrate as cal
 import scaling_law_pooled as pooled
 import scaling_law_reward_noise as reward_noise
 
@@ -139,7 +140,7 @@ def reward_rows(cli_rows: Sequence[dict[str, Any]], records: dict[str, RunRecord
     noise = reward_noise.run_noise(record)
     if noise is None:
       continue
-    out.append({'run': row['run'], 'seed': _seed_label(row['run']), 'metric': row['metric'],
+    out.append({'run': row['run'], 'seed': f"seed{cal.seed_number(row['run'])}", 'metric': row['metric'],
                 'method': str(row['method']), 'regime': row['regime'],
                 'err': row['group']['err'], 'flat_err': row['flat_err'],
                 'floor': noise['floor'], 'sigma': noise['sigma'], 'n_final': noise['n_final'],
@@ -194,11 +195,6 @@ def reward_groups(rows: Sequence[dict[str, Any]], rng: np.random.Generator
   return out
 
 
-def _seed_label(run: str) -> str:
-  """'seed19' for 'default/dapo_g4_seed19' (the pooled report's seed labels)."""
-  return 'seed' + run.rsplit('_seed', 1)[1]
-
-
 def verdict(summary: dict[str, Any], target: str) -> str:
   """'met', or why not: 'missed, floor above it' when even the late-level oracle misses it
   (`reward_summary`'s out-of-reach flag: the interval clear of the target, the floor holding),
@@ -212,10 +208,20 @@ def verdict(summary: dict[str, Any], target: str) -> str:
   return 'missed'
 
 
-def plateau_groups(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-  """Unguarded and guarded plateau losses of every dense-final run, summarised over all runs,
-  per regime and per config."""
-  dense = [r for r in runs if 'eval' in r and plateau_losses(r['eval']) is not None]
+def plateau_runs(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+  """Every dense-final run (>= MIN_PLATEAU_READINGS final readings) with its unguarded and
+  guarded plateau losses (guarded: None where the guard allows no reading)."""
+  out = []
+  for run in runs:
+    if 'eval' in run and (losses := plateau_losses(run['eval'])) is not None:
+      out.append({'name': run['name'], 'regime': run['regime'], 'group': run['group'],
+                  'unguarded': losses,
+                  'guarded': plateau_losses(run['eval'], PEAK_TOLERANCE)})
+  return out
+
+
+def plateau_groups(dense: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+  """`plateau_runs`' losses summarised over all runs, per regime and per config."""
   labels = [('all', dense)]
   labels += [(regime, [r for r in dense if r['regime'] == regime])
              for regime in sorted({r['regime'] for r in dense})]
@@ -223,10 +229,9 @@ def plateau_groups(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
              for config in sorted({r['group'] for r in dense})]
   out = []
   for label, members in labels:
-    guarded = [g for r in members
-               if (g := plateau_losses(r['eval'], PEAK_TOLERANCE)) is not None]
+    guarded = [r['guarded'] for r in members if r['guarded'] is not None]
     out.append({'label': label,
-                'unguarded': plateau_summary([plateau_losses(r['eval']) for r in members]),
+                'unguarded': plateau_summary([r['unguarded'] for r in members]),
                 'guarded': plateau_summary(guarded) if guarded else None})
   return out
 
@@ -319,10 +324,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   reward_cli = [r for r in pooled_result['cli']['rows'] if r['metric'] != 'eval_accuracy']
   rows = reward_rows(reward_cli, rewards)
 
-  dense = [r for r in runs if 'eval' in r and plateau_losses(r['eval']) is not None]
-  worst = {'unguarded': [plateau_losses(r['eval']) for r in dense],
-           'guarded': [g for r in dense
-                       if (g := plateau_losses(r['eval'], PEAK_TOLERANCE)) is not None]}
+  dense = plateau_runs(runs)
+  worst = {kind: [r[kind] for r in dense if r[kind] is not None]
+           for kind in ('unguarded', 'guarded')}
   stop_rows = {r['run']: r for r in pooled_result['stop']['bound_rows']}
   balanced = set(pooled_result['stop']['balanced_seeds'])
   result = {
@@ -332,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       'seed': args.seed, 'draws': args.draws,
       'reward': reward_groups(rows, rng), 'reward_left_out': len(reward_cli) - len(rows),
       'reward_rows': rows,
-      'plateau': {'groups': plateau_groups(runs),
+      'plateau': {'groups': plateau_groups(dense),
                   'worst_of_n': {kind: [worst_of_n(losses, n, args.draws, rng)
                                         for n in TEST_SIZES]
                                  for kind, losses in worst.items()}},
@@ -340,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    [100 * stop_rows[r['name']]['loss'] for r in dense if r['name'] in stop_rows]),
                'pooled balanced runs': rule_summary(
                    [100 * r['loss'] for r in pooled_result['stop']['bound_rows']
-                    if _seed_label(r['run']) in balanced])},
+                    if f"seed{cal.seed_number(r['run'])}" in balanced])},
   }
   args.out.mkdir(parents=True, exist_ok=True)
   (args.out / 'results.json').write_text(json.dumps(result, indent=1))
