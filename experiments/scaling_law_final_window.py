@@ -108,14 +108,12 @@ def summarise(rows: Sequence[dict[str, Any]], rng: np.random.Generator,
 
 
 def floors(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
-  """Per reward metric, under the current window: median readings in the final, mean floor."""
-  out: dict[str, list[dict[str, Any]]] = {}
-  for run in runs:
-    if 'reward' in run and (noise := reward_noise.run_noise(run['reward'])) is not None:
-      out.setdefault(noise['metric'], []).append(noise)
-  return {metric: {'n_final_median': float(np.median([r['n_final'] for r in rows])),
-                   'floor': float(np.mean([r['floor'] for r in rows]))}
-          for metric, rows in out.items()}
+  """Per reward metric, under the current window: median readings in the final, mean floor
+  (`scaling_law_reward_noise.noise_summary`)."""
+  noise = [n for run in runs
+           if 'reward' in run and (n := reward_noise.run_noise(run['reward'])) is not None]
+  return {metric: {'n_final_median': s['n_final_median'], 'floor': s['floor_mean']}
+          for metric, s in reward_noise.noise_summary(noise).items()}
 
 
 def study(design_runs: Sequence[dict[str, Any]], test_runs: Sequence[dict[str, Any]],
