@@ -24,7 +24,7 @@ Launch:
   # one 80-141 GB GPU: 128 rows per batch
   python -m sgpo_jax.main --config configs/llama3_2_3b_gsm8k.py:gpu=1,method=grpo ...
 
-Memory (from `sgpo_jax/dry_run.py`): params f32 12 GiB in total. Per v5e-8 chip: 1.5 GiB
+Memory (from `sgpo_jax/model/dry_run.py`): params f32 12 GiB in total. Per v5e-8 chip: 1.5 GiB
 params, 1.5 GiB grads, 3.0 GiB AdamW, 5.25 GiB KV cache for 256 rows x 1536 tokens,
 activations with remat ~1.9 GiB at 2 rows per chip per micro-batch; peak 9.7 GiB. One GPU
 (`gpu=1`: 128 rows, 8 micro-batches): 48 GiB params + grads + AdamW, 21 GiB KV cache,
@@ -39,7 +39,7 @@ Variants (`configs/llama3_2_3b_gsm8k.py:method=grpo,gpu=1,instruct=1,loss=gspo`)
 
 import ml_collections
 
-from sgpo_jax.config_args import load_sibling_config, parse_arg
+from sgpo_jax.config.args import load_sibling_config, parse_arg
 
 HF_PATH = '/path/to/Llama-3.2-3B'  # placeholder: a local checkpoint directory
 

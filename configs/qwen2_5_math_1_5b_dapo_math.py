@@ -32,7 +32,7 @@ import os
 
 import ml_collections
 
-from sgpo_jax.config_args import parse_arg
+from sgpo_jax.config.args import parse_arg
 
 
 def _gsm8k_config_module():

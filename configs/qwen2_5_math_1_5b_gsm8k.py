@@ -1,6 +1,6 @@
 """Qwen2.5-Math-1.5B on GSM8K: sGPO (or GRPO / DAPO) from the base checkpoint.
 
-Built on the embedded default (`sgpo_jax/default_config.py`), so it has exactly the default's
+Built on the embedded default (`sgpo_jax/config/defaults.py`), so it has exactly the default's
 field names; only values change.
 
 Inputs (local, nothing is downloaded at run time):
@@ -22,7 +22,7 @@ Launch:
   # one 80-140 GB GPU: `:gpu=1` (mesh 1x1x1, 8 micro-batches); or --config.method=grpo
   python -m sgpo_jax.main --config configs/qwen2_5_math_1_5b_gsm8k.py:gpu=1,method=grpo ...
 
-Memory (from `sgpo_jax/dry_run.py`, per device): params f32 5.8 GiB in total, so on v5e-8
+Memory (from `sgpo_jax/model/dry_run.py`, per device): params f32 5.8 GiB in total, so on v5e-8
 params + grads + AdamW are ~2.9 GiB per chip; the sampler's KV cache for 256 rows x 1536
 tokens is 1.3 GiB per chip; activations with remat and 2 rows per chip per micro-batch are
 ~1.4 GiB. On one GPU: ~23 GiB for params/grads/AdamW, 10.5 GiB KV cache, activations set
@@ -39,8 +39,8 @@ Variants (`configs/qwen2_5_math_1_5b_gsm8k.py:method=grpo,gpu=1`):
 
 import ml_collections
 
-from sgpo_jax import default_config
-from sgpo_jax.config_args import parse_arg
+from sgpo_jax.config import defaults as default_config
+from sgpo_jax.config.args import parse_arg
 
 HF_PATH = '/path/to/Qwen2.5-Math-1.5B'  # placeholder: a local checkpoint directory
 SYSTEM_PROMPT = 'Please reason step by step, and put your final answer within \\boxed{}.'

@@ -24,7 +24,7 @@ Launch:
   # one GPU, GRPO with GSPO's sequence-level ratio
   python -m sgpo_jax.main --config configs/qwen3_0_6b_gsm8k.py:gpu=1,method=grpo,loss=gspo ...
 
-Memory (from `sgpo_jax/dry_run.py`): params f32 2.2 GiB in total. Per v5e-8 chip:
+Memory (from `sgpo_jax/model/dry_run.py`): params f32 2.2 GiB in total. Per v5e-8 chip:
 0.28 GiB params, the same for grads, 0.56 GiB AdamW; the sampler's KV cache for 256 rows x
 1536 tokens (28 layers x 8 KV heads x 128, bf16) is 5.25 GiB; activations with remat at 4
 rows per chip per micro-batch ~2.6 GiB; peak 6.1 GiB. One GPU (`gpu=1`): 8.9 GiB params +
@@ -45,7 +45,7 @@ Variants (`configs/qwen3_0_6b_gsm8k.py:method=grpo,gpu=1,loss=cispo,thinking=1`)
 
 import ml_collections
 
-from sgpo_jax.config_args import load_sibling_config, parse_arg
+from sgpo_jax.config.args import load_sibling_config, parse_arg
 
 HF_PATH = '/path/to/Qwen3-0.6B'  # placeholder: a local checkpoint directory
 LOSSES = {

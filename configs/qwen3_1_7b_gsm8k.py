@@ -14,7 +14,7 @@ Launch:
       --config.data.path=/data/gsm8k --workdir gs://bucket/runs/qwen3_17b_gsm8k_sgpo
   python -m sgpo_jax.main --config configs/qwen3_1_7b_gsm8k.py:gpu=1,loss=cispo ...
 
-Memory (from `sgpo_jax/dry_run.py`): per v5e-8 chip 0.8 GiB params, 0.8 GiB grads, 1.6 GiB
+Memory (from `sgpo_jax/model/dry_run.py`): per v5e-8 chip 0.8 GiB params, 0.8 GiB grads, 1.6 GiB
 AdamW, 5.25 GiB KV cache for 256 rows x 1536 tokens, activations with remat ~1.5 GiB at 2
 rows per chip per micro-batch; peak 7.7 GiB. One GPU (`gpu=1`, 8 micro-batches of 32 rows):
 25.6 GiB params + grads + AdamW, 42 GiB KV cache; peak 61 GiB.
@@ -25,7 +25,7 @@ Variants: as `configs/qwen3_0_6b_gsm8k.py` (method, gpu, loss, thinking).
 
 import ml_collections
 
-from sgpo_jax.config_args import load_sibling_config, parse_arg
+from sgpo_jax.config.args import load_sibling_config, parse_arg
 
 HF_PATH = '/path/to/Qwen3-1.7B'  # placeholder: a local checkpoint directory
 

@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sgpo_jax import model as model_lib
-from sgpo_jax import sampling
-from sgpo_jax import sharding as sharding_lib
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.generate import sampler as sampling
+from sgpo_jax.model import sharding as sharding_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAD, BOS = 0, 1

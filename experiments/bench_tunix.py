@@ -148,10 +148,12 @@ def run_sgpo(args) -> dict:
   sys.path.insert(0, REPO)
   import jax
   import numpy as np
-  from sgpo_jax import continuous_sampling, default_config, sampling
-  from sgpo_jax import learner as learner_lib
-  from sgpo_jax import model as model_lib
-  from sgpo_jax import sharding as sharding_lib
+  from sgpo_jax.generate import continuous as continuous_sampling
+  from sgpo_jax.config import defaults as default_config
+  from sgpo_jax.generate import sampler as sampling
+  from sgpo_jax.rl import learner as learner_lib
+  from sgpo_jax.model import transformer as model_lib
+  from sgpo_jax.model import sharding as sharding_lib
 
   prompt_len, new_tokens = SHAPES[args.shape]
   rows = PROMPTS * SAMPLES

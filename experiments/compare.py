@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep  # noqa: E402
 
 sys.path.insert(0, sweep.REPO)
-from sgpo_jax import default_config  # noqa: E402
+from sgpo_jax.config import defaults as default_config  # noqa: E402
 
 REPO = sweep.REPO
 RESULTS = os.path.join(REPO, 'experiments', 'results')
@@ -555,7 +555,7 @@ def finished_runs(runs_dir: str, regime: str, arms: list[str], seeds: list[int],
       elif policy != want_policy:
         log(f'[compare] {w}: another initial policy than {ref} (SFT final loss, initial '
             f'accuracy {policy} vs {want_policy}): its warm start was built on '
-            'another machine or library version (sgpo_jax/environment.py); left out. Rerun '
+            'another machine or library version (sgpo_jax/outputs/environment.py); left out. Rerun '
             'it with the same warm-start cache.')
       else:
         keep.append(w)

@@ -4,7 +4,7 @@
     python experiments/regime_histograms.py --regimes paper_like --cache-dir /work/ws_cache
     python experiments/regime_histograms.py --sft-probe paper_like --probe-every 100
 
-For every regime in `sgpo_jax.default_config.REGIMES` this builds (or reuses, from the
+For every regime in `sgpo_jax.config.defaults.REGIMES` this builds (or reuses, from the
 shared warm-start cache) the regime's initial policy, profiles the regime's RL pool
 (`data.rl_pool_size` prefix) with `profile.num_samples` samples per query at
 `profile.temperature` (exactly the sGPO profiling pass of a run), and measures held-out
@@ -33,10 +33,10 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from sgpo_jax import default_config  # noqa: E402
-from sgpo_jax import evaluate as evaluate_lib  # noqa: E402
-from sgpo_jax import metrics as metrics_lib  # noqa: E402
-from sgpo_jax import profile as profile_lib  # noqa: E402
+from sgpo_jax.config import defaults as default_config  # noqa: E402
+from sgpo_jax.generate import evaluate as evaluate_lib  # noqa: E402
+from sgpo_jax.outputs import metrics as metrics_lib  # noqa: E402
+from sgpo_jax.generate import profiling as profile_lib  # noqa: E402
 
 RESULTS = os.path.join(REPO, 'experiments', 'results')
 
@@ -117,7 +117,7 @@ def profile_regime(regime: str, cache_dir: str, runs_dir: str,
 
 def _grpo_step_flops(su, config) -> float:
   """Upper bound on one GRPO step's FLOPs in this regime (flops.rl_step_flops_bound)."""
-  from sgpo_jax import flops as flops_lib
+  from sgpo_jax.model import flops as flops_lib
   s = config.sampling
   return flops_lib.rl_step_flops_bound(su.model_cfg, int(config.train.rows_per_batch),
                                        int(s.max_prompt_len), int(s.max_new_tokens),
@@ -191,13 +191,13 @@ def sft_probe(regime: str, every: int, pool_limit: int, steps: int = 0, lr: floa
   prefix of a longer run: the same batches in the same order), so the chosen step count is
   already cached for the comparison runs.
   """
-  from sgpo_jax import data as data_lib
-  from sgpo_jax import model as model_lib
-  from sgpo_jax import sharding as sharding_lib
+  from sgpo_jax.data import loading as data_lib
+  from sgpo_jax.model import transformer as model_lib
+  from sgpo_jax.model import sharding as sharding_lib
   from sgpo_jax import tasks
-  from sgpo_jax import tokenizer as tokenizer_lib
-  from sgpo_jax import warm_start as ws
-  from sgpo_jax.sampling import Sampler
+  from sgpo_jax.data import tokenizer as tokenizer_lib
+  from sgpo_jax.rl import warm_start as ws
+  from sgpo_jax.generate.sampler import Sampler
   config = default_config.get_config(f'regime={regime}')
   if steps:
     config.warm_start.steps = steps
@@ -251,7 +251,7 @@ def save_snapshot(config, params, step: int, cache_root: str, seconds: float) ->
   """Stores `params` as the cached warm start of `config` with warm_start.steps = step."""
   import orbax.checkpoint as ocp
 
-  from sgpo_jax import warm_start as ws
+  from sgpo_jax.rl import warm_start as ws
   snap = config.copy_and_resolve_references()
   snap.warm_start.steps = step
   path = os.path.abspath(os.path.join(cache_root, ws.cache_key(snap)))

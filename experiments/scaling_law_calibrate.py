@@ -33,7 +33,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from sgpo_jax import default_config
+from sgpo_jax.config import defaults as default_config
 from sgpo_jax.scaling_law.calibration import (
   DEFAULT_PREDICTOR,
   PREDICTORS,

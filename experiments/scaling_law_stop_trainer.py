@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scaling_law_calibrate as cal
 import scaling_law_stop_transfer as transfer
 
-from sgpo_jax import default_config
+from sgpo_jax.config import defaults as default_config
 from sgpo_jax.scaling_law.calibration import CalibrationSet
 from sgpo_jax.scaling_law.early_stop import below_peak, bound_within, due_fractions
 

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scaling_law_calibrate as cal
 from scaling_law_fresh import BOUND_SETTING as PLAN_SETTING
 
-from sgpo_jax import default_config
+from sgpo_jax.config import defaults as default_config
 from sgpo_jax.scaling_law.calibration import CalibrationSet, PrefixFeatures, prefix_features
 from sgpo_jax.scaling_law.early_stop import BoundStopper
 from sgpo_jax.scaling_law.runs import RunRecord

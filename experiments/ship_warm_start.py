@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from sgpo_jax import default_config
-from sgpo_jax import warm_start
+from sgpo_jax.config import defaults as default_config
+from sgpo_jax.rl import warm_start
 
 
 def ship(config, workdir: str, shipped_dir: str | None = None) -> str:

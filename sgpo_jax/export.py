@@ -15,8 +15,8 @@ import os
 import ml_collections
 import orbax.checkpoint as ocp
 
-from sgpo_jax import checkpoint as checkpoint_lib
-from sgpo_jax import model as model_lib
+from sgpo_jax.outputs import checkpoint as checkpoint_lib
+from sgpo_jax.model import transformer as model_lib
 
 
 def run_model_config(workdir: str) -> model_lib.ModelConfig:
@@ -43,7 +43,7 @@ def load_policy(workdir: str, step: int | None = None):
 
 
 def export_run(workdir: str, out_dir: str, step: int | None = None, **kwargs) -> list[str]:
-  from sgpo_jax import hf
+  from sgpo_jax.model import hf
   params, cfg, _ = load_policy(workdir, step)
   tokenizer_dir = os.path.join(workdir, 'tokenizer')
   has_hf_tokenizer = os.path.exists(os.path.join(tokenizer_dir, 'tokenizer_config.json'))

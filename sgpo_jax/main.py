@@ -27,7 +27,7 @@ flags.mark_flags_as_required(['config'])
 def main(argv) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  from sgpo_jax import sharding
+  from sgpo_jax.model import sharding
   # Before anything creates a jax backend: one controller per host (see README, multi-host).
   sharding.initialize_distributed()
   from sgpo_jax import train

@@ -33,25 +33,25 @@ from absl import logging
 from tqdm.auto import tqdm
 
 from sgpo_jax import allocators as allocators_lib
-from sgpo_jax import checkpoint as checkpoint_lib
-from sgpo_jax import config_check
-from sgpo_jax import data as data_lib
-from sgpo_jax import dry_run as dry_run_lib
-from sgpo_jax import environment
-from sgpo_jax import evaluate as evaluate_lib
-from sgpo_jax import flops as flops_lib
-from sgpo_jax import learner as learner_lib
-from sgpo_jax import metrics as metrics_lib
-from sgpo_jax import model as model_lib
-from sgpo_jax import profile as profile_lib
-from sgpo_jax import report as report_lib
-from sgpo_jax import sgpo as sgpo_lib
-from sgpo_jax import sharding as sharding_lib
+from sgpo_jax.outputs import checkpoint as checkpoint_lib
+from sgpo_jax.config import check as config_check
+from sgpo_jax.data import loading as data_lib
+from sgpo_jax.model import dry_run as dry_run_lib
+from sgpo_jax.outputs import environment
+from sgpo_jax.generate import evaluate as evaluate_lib
+from sgpo_jax.model import flops as flops_lib
+from sgpo_jax.rl import learner as learner_lib
+from sgpo_jax.outputs import metrics as metrics_lib
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.generate import profiling as profile_lib
+from sgpo_jax.outputs import report as report_lib
+from sgpo_jax.allocators.sgpo import allocation as sgpo_lib
+from sgpo_jax.model import sharding as sharding_lib
 from sgpo_jax import tasks
-from sgpo_jax import tokenizer as tokenizer_lib
-from sgpo_jax import warm_start as warm_start_lib
-from sgpo_jax.continuous_sampling import ContinuousSampler
-from sgpo_jax.sampling import Sampler
+from sgpo_jax.data import tokenizer as tokenizer_lib
+from sgpo_jax.rl import warm_start as warm_start_lib
+from sgpo_jax.generate.continuous import ContinuousSampler
+from sgpo_jax.generate.sampler import Sampler
 from sgpo_jax.scaling_law import early_stop as early_stop_lib
 from sgpo_jax.scaling_law import runs as scaling_law_runs
 

@@ -8,7 +8,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from sgpo_jax import allocators, sgpo
+from sgpo_jax import allocators
+from sgpo_jax.allocators.sgpo import allocation as sgpo
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

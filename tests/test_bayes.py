@@ -1,9 +1,9 @@
-"""Tests for sgpo_jax/bayes.py: hand-computed Beta moments, decisions, G choice, revisits."""
+"""Tests for sgpo_jax/allocators/sgpo_bayes/posterior.py: hand-computed Beta moments, decisions, G choice, revisits."""
 
 import numpy as np
 import pytest
 
-from sgpo_jax import bayes
+from sgpo_jax.allocators.sgpo_bayes import posterior as bayes
 
 
 def test_expected_power_is_the_beta_function_ratio():

@@ -1,4 +1,4 @@
-"""Tests for sgpo_jax/allocators/sgpo_bayes.py: lazy adaptive profile, G choice, revisits, resume."""
+"""Tests for sgpo_jax/allocators/sgpo_bayes/allocator.py: lazy adaptive profile, G choice, revisits, resume."""
 
 import hashlib
 import json
@@ -6,9 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from sgpo_jax import allocators, bayes, default_config
+from sgpo_jax import allocators
+from sgpo_jax.allocators.sgpo_bayes import posterior as bayes
+from sgpo_jax.config import defaults as default_config
 from sgpo_jax.allocators import Rollout
-from sgpo_jax.allocators.sgpo_bayes import CANDIDATE, DEPRIORITISED, BayesAllocator, BayesSettings
+from sgpo_jax.allocators.sgpo_bayes.allocator import CANDIDATE, DEPRIORITISED, BayesAllocator, BayesSettings
 
 TRIVIAL, UNSOLVED, COIN = 'trivial', 'unsolved', 'coin'
 

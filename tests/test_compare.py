@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from sgpo_jax import default_config
+from sgpo_jax.config import defaults as default_config
 from sgpo_jax import train
 from tests.test_train import read_jsonl, tiny_run_config
 
@@ -291,7 +291,7 @@ def test_arms_and_seed_parsing():
 
 
 def test_bucket_settled_only_when_no_remaining_sample_can_change_the_bucket():
-  from sgpo_jax import sgpo
+  from sgpo_jax.allocators.sgpo import allocation as sgpo
   cfg = default_config.get_config().sgpo
   for n in range(1, 9):
     for c in range(n + 1):
@@ -305,7 +305,7 @@ def test_bucket_settled_only_when_no_remaining_sample_can_change_the_bucket():
 
 @pytest.mark.slow
 def test_profile_early_stop_keeps_every_bucket_and_saves_flops(tmp_path):
-  from sgpo_jax import sgpo
+  from sgpo_jax.allocators.sgpo import allocation as sgpo
   out = {}
   for early in (False, True):
     config = tiny_run_config('sgpo')
@@ -328,7 +328,8 @@ def test_profile_early_stop_keeps_every_bucket_and_saves_flops(tmp_path):
 
 
 def test_fill_phase_tail_tops_up_the_last_batch_of_a_phase():
-  from sgpo_jax import allocators, sgpo
+  from sgpo_jax import allocators
+  from sgpo_jax.allocators.sgpo import allocation as sgpo
   profile = {'n_correct': [4] * 10 + [2] * 6 + [1] * 3, 'n_samples': [8] * 19}
   out = {}
   for fill in (False, True):
@@ -446,7 +447,7 @@ def test_runs_from_another_initial_policy_are_left_out_and_the_machine_is_report
 
 
 def test_environment_describes_versions_and_cpu(tmp_path):
-  from sgpo_jax import environment
+  from sgpo_jax.outputs import environment
   cpuinfo = tmp_path / 'cpuinfo'
   cpuinfo.write_text('processor : 0\nmodel name : Test CPU 9000\nflags : fpu sse avx2 fma amx_tile\n')
   assert environment.cpu_info(str(cpuinfo)) == {'model': 'Test CPU 9000',

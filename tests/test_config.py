@@ -9,7 +9,8 @@ import sys
 import ml_collections
 import pytest
 
-from sgpo_jax import config_check, default_config
+from sgpo_jax.config import check as config_check
+from sgpo_jax.config import defaults as default_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -140,7 +141,7 @@ def _config_module(name):
 
 
 def test_parse_arg_is_typed_and_strict():
-  from sgpo_jax.config_args import parse_arg
+  from sgpo_jax.config.args import parse_arg
   spec = dict(method='sgpo', gpu=False, steps=10, lr=0.5)
   assert parse_arg(None, **spec) == spec
   assert parse_arg('gpu=1,steps=3,lr=1e-3,method=grpo', **spec) == dict(

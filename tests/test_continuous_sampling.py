@@ -1,4 +1,4 @@
-"""Tests for sgpo_jax.continuous_sampling: the same completions as the static sampler for
+"""Tests for sgpo_jax.generate.continuous: the same completions as the static sampler for
 the same row ids (greedy, temperature, top-p, top-k), one compilation for every workload,
 slot reuse, and a ledger whose useful tokens are exactly the real ones."""
 
@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from conftest import BOS, EOS, PAD, random_tokens
-from sgpo_jax import continuous_sampling, flops, sampling
+from sgpo_jax.generate import continuous as continuous_sampling
+from sgpo_jax.model import flops
+from sgpo_jax.generate import sampler as sampling
 
 MAX_PROMPT, N_NEW = 8, 6
 

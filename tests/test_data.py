@@ -10,8 +10,8 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'fixtures'))
 
 from configs.default import get_config  # noqa: E402
-from sgpo_jax.data import LoadReport, Query, load_queries, load_queries_with_report  # noqa: E402
-from sgpo_jax.tokenizer import CharTokenizer  # noqa: E402
+from sgpo_jax.data.loading import LoadReport, Query, load_queries, load_queries_with_report  # noqa: E402
+from sgpo_jax.data.tokenizer import CharTokenizer  # noqa: E402
 from tiny_tfds import TEST_ROWS, TRAIN_ROWS, TinyQueries  # noqa: E402
 
 EXPECTED_TRAIN = [Query(r['id'], r['prompt'], r['answer'], metadata={'level': r['level']})

@@ -12,8 +12,12 @@ import jax
 import ml_collections
 import pytest
 
-from sgpo_jax import config_check, default_config, dry_run, flops, hf
-from sgpo_jax import model as model_lib
+from sgpo_jax.config import check as config_check
+from sgpo_jax.config import defaults as default_config
+from sgpo_jax.model import dry_run
+from sgpo_jax.model import flops
+from sgpo_jax.model import hf
+from sgpo_jax.model import transformer as model_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REAL_CONFIGS = ('qwen2_5_math_1_5b_gsm8k', 'qwen2_5_math_1_5b_dapo_math', 'qwen3_0_6b_gsm8k',

@@ -1,4 +1,4 @@
-"""Tests for sgpo_jax/flops.py: hand-computed parameter counts and FLOPs, the ledger, XLA."""
+"""Tests for sgpo_jax/model/flops.py: hand-computed parameter counts and FLOPs, the ledger, XLA."""
 
 import json
 
@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from sgpo_jax import flops
+from sgpo_jax.model import flops
 
 # V=10, D=4, L=2, H=2, K=1, hd=2, F=8, qkv bias, untied lm head.
 SMALL = dict(vocab_size=10, d_model=4, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=2,
@@ -97,7 +97,7 @@ def test_xla_flops_of_a_matmul():
 
 
 def test_param_counts_match_the_model():
-  model = pytest.importorskip('sgpo_jax.model')
+  model = pytest.importorskip('sgpo_jax.model.transformer')
   if not hasattr(model, 'abstract_params'):
     pytest.skip('model.abstract_params not available')
   import flax

@@ -4,9 +4,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from sgpo_jax import default_config
-from sgpo_jax import flops as flops_lib
-from sgpo_jax import model as model_lib
+from sgpo_jax.config import defaults as default_config
+from sgpo_jax.model import flops as flops_lib
+from sgpo_jax.model import transformer as model_lib
 
 
 @pytest.fixture(scope='module')

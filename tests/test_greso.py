@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sgpo_jax import allocators, config_check, greso
-from sgpo_jax.allocators.greso import GRESOAllocator
-from sgpo_jax import default_config
+from sgpo_jax import allocators
+from sgpo_jax.config import check as config_check
+from sgpo_jax.allocators.greso import rule as greso
+from sgpo_jax.allocators.greso.allocator import GRESOAllocator
+from sgpo_jax.config import defaults as default_config
 
 ALL1, ALL0, MIXED = [1, 1, 1, 1], [0, 0, 0, 0], [0, 1, 0, 1]
 

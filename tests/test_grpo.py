@@ -1,4 +1,4 @@
-"""Tests for sgpo_jax.grpo: advantages by group id, chunked log-probs, policy loss.
+"""Tests for sgpo_jax.rl.losses: advantages by group id, chunked log-probs, policy loss.
 
 Expected numbers are literals worked out by hand (or with numpy in float64), never by
 calling the code under test.
@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sgpo_jax import grpo
+from sgpo_jax.rl import losses as grpo
 
 # --------------------------------------------------------------------------- advantages
 

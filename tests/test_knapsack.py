@@ -8,9 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from sgpo_jax import allocators, knapsack
-from sgpo_jax.allocators.knapsack import KnapsackAllocator
-from sgpo_jax import default_config
+from sgpo_jax import allocators
+from sgpo_jax.allocators.knapsack import solver as knapsack
+from sgpo_jax.allocators.knapsack.allocator import KnapsackAllocator
+from sgpo_jax.config import defaults as default_config
 
 
 def test_task_value_by_hand():
@@ -102,7 +103,7 @@ def test_allocator_state_round_trips():
 
 
 def test_config_builds_knapsack_and_checks_its_settings():
-  from sgpo_jax import config_check
+  from sgpo_jax.config import check as config_check
   c = default_config.get_config()
   c.method = 'knapsack'
   alloc = allocators.make_allocator(c, 50)

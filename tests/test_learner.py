@@ -11,10 +11,10 @@ import jax
 import numpy as np
 import pytest
 
-from sgpo_jax import default_config
-from sgpo_jax import learner as learner_lib
-from sgpo_jax import sgpo as sgpo_lib
-from sgpo_jax import sharding as sharding_lib
+from sgpo_jax.config import defaults as default_config
+from sgpo_jax.rl import learner as learner_lib
+from sgpo_jax.model import sharding as sharding_lib
+from sgpo_jax.allocators import rows as rows_lib
 from tests.conftest import mesh_config, tiny_config
 
 R, P, N = 16, 6, 5  # rows, max prompt len, new tokens
@@ -34,7 +34,7 @@ def run_config(**train):
 def make_batch(group_sizes, seed=0):
   """A host batch of R rows with the given group sizes (rest padding)."""
   rng = np.random.default_rng(seed)
-  layout = sgpo_lib.pack_rows(np.arange(len(group_sizes)), np.asarray(group_sizes), R)
+  layout = rows_lib.layout_rows(np.arange(len(group_sizes)), np.asarray(group_sizes), R)
   prompts = [list(rng.integers(3, 16, rng.integers(2, P + 1))) for _ in range(R)]
   lengths = rng.integers(1, N + 1, R)
   mask = (np.arange(N)[None] < lengths[:, None]).astype(np.int32)
@@ -79,7 +79,7 @@ def test_half_padded_batch_counts_only_valid_groups():
   assert float(metrics['num_valid_groups']) == 2
 
 
-# The policy losses (sgpo_jax/grpo.py registries): PPO token-level (the default), CISPO
+# The policy losses (sgpo_jax/rl/losses.py registries): PPO token-level (the default), CISPO
 # without a lower bound, GSPO with the paper's bounds.
 LOSSES = {
     'ppo': {},
@@ -130,7 +130,7 @@ def test_sharded_step_on_8_devices_equals_single_device():
       import os
       os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'
       import jax, numpy as np
-      from sgpo_jax import sharding as sharding_lib
+      from sgpo_jax.model import sharding as sharding_lib
       from tests.conftest import mesh_config
       from tests.test_learner import make_batch, make_learner, run_config
       batch = make_batch([2, 2, 4, 8])

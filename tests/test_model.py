@@ -1,4 +1,4 @@
-"""Tests for sgpo_jax.model: KV-cache decode, masking, padding, GQA, dtypes, param trees."""
+"""Tests for sgpo_jax.model.transformer: KV-cache decode, masking, padding, GQA, dtypes, param trees."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import forward_fn, left_pad, params_for, random_tokens, tiny_config
-from sgpo_jax import model as model_lib
+from sgpo_jax.model import transformer as model_lib
 
 ATOL = 2e-5  # fp32, logits of order 1
 

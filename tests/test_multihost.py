@@ -133,7 +133,7 @@ def test_launcher_stops_all_processes_when_one_fails(tmp_path):
 
 
 def test_single_process_helpers_are_identity(monkeypatch):
-  from sgpo_jax import sharding
+  from sgpo_jax.model import sharding
   for key in DISTRIBUTED_ENV:
     monkeypatch.delenv(key, raising=False)
   assert not sharding.initialize_distributed()

@@ -8,10 +8,10 @@ import numpy as np
 import optax
 import pytest
 
-from sgpo_jax import flops as flops_lib
-from sgpo_jax import learner as learner_lib
-from sgpo_jax import packing as packing_lib
-from sgpo_jax import sharding as sharding_lib
+from sgpo_jax.model import flops as flops_lib
+from sgpo_jax.rl import learner as learner_lib
+from sgpo_jax.rl import sequence_packing as packing_lib
+from sgpo_jax.model import sharding as sharding_lib
 from tests.conftest import mesh_config, tiny_config
 from tests.test_learner import N, P, R, make_batch, run_config
 

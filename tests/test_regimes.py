@@ -8,12 +8,13 @@ import math
 
 import pytest
 
-from sgpo_jax import config_check, default_config
-from sgpo_jax import data as data_lib
-from sgpo_jax import evaluate as evaluate_lib
-from sgpo_jax import flops as flops_lib
-from sgpo_jax import model as model_lib
-from sgpo_jax.data import load_queries
+from sgpo_jax.config import check as config_check
+from sgpo_jax.config import defaults as default_config
+from sgpo_jax.data import loading as data_lib
+from sgpo_jax.generate import evaluate as evaluate_lib
+from sgpo_jax.model import flops as flops_lib
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.data.loading import load_queries
 from sgpo_jax.tasks import arithmetic
 
 
@@ -77,7 +78,7 @@ def test_regime_args_select_named_blocks():
 
 
 def test_default_and_small_pool_share_the_readme_runs_initial_policy():
-  from sgpo_jax import warm_start
+  from sgpo_jax.rl import warm_start
   readme = default_config.get_config()
   for regime in ('default', 'small_pool'):
     c = default_config.get_config(f'regime={regime}')
@@ -95,7 +96,7 @@ def test_default_and_small_pool_share_the_readme_runs_initial_policy():
 def test_paper_like_pool_eval_and_warm_start_data():
   """paper_like: pool and eval share one difficulty mix; the warm start sees every query of
   levels 1-3 and only the last 10% of level 4, none of them in the RL pool."""
-  from sgpo_jax import warm_start
+  from sgpo_jax.rl import warm_start
   c = default_config.get_config('regime=paper_like')
   full = load_queries(c.data, 'train', seed=c.data.seed)
   evals = load_queries(c.data, 'test', seed=c.data.seed)
@@ -120,7 +121,7 @@ def test_paper_like_pool_eval_and_warm_start_data():
 
 
 def test_sft_queries_takes_the_last_share_of_each_level():
-  from sgpo_jax import warm_start
+  from sgpo_jax.rl import warm_start
   c = default_config.get_config()
   queries = [arithmetic.make_query(ops) for ops in
              ([1, 2], [10, 3], [4, 5], [11, 12], [100, 1], [13, 14], [6, 7], [15, 16])]
@@ -149,7 +150,7 @@ def test_level_fractions_are_checked(fractions, match):
 
 
 def test_level_fractions_key_their_own_cache():
-  from sgpo_jax import warm_start
+  from sgpo_jax.rl import warm_start
   c = default_config.get_config()
   whole = warm_start.cache_key(c)
   del c.warm_start['level_fractions']  # caches made before the field existed keep their key
@@ -190,7 +191,7 @@ def test_regime_budget_lets_grpo_see_the_pool(regime):
 
 
 def test_warm_start_schedule_keys_its_own_cache():
-  from sgpo_jax import warm_start
+  from sgpo_jax.rl import warm_start
   c = default_config.get_config()
   constant = warm_start.cache_key(c)
   del c.warm_start['schedule']  # caches made before the field existed keep their key
@@ -211,7 +212,7 @@ def test_pool_does_not_move_when_the_eval_set_grows():
 
 
 def test_cache_key_marks_pools_drawn_around_a_large_eval_set():
-  from sgpo_jax import warm_start
+  from sgpo_jax.rl import warm_start
   c = default_config.get_config()
   big = warm_start.cache_key(c)
   c.data.num_eval = 512

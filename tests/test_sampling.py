@@ -1,4 +1,4 @@
-"""Tests for sgpo_jax.sampling: greedy/log-prob parity with a full forward, stop tokens,
+"""Tests for sgpo_jax.generate.sampler: greedy/log-prob parity with a full forward, stop tokens,
 traced sampling knobs, compile counts per prompt bucket, per-row randomness, early exit."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import BOS, EOS, PAD, forward_fn, random_tokens
-from sgpo_jax import sampling
+from sgpo_jax.generate import sampler as sampling
 
 ROWS, MAX_PROMPT, N_NEW = 4, 8, 6
 

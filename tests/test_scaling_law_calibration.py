@@ -485,7 +485,7 @@ def test_trend_stopper_in_the_trainer_projects_the_budget_and_stops_on_evals():
 
 
 def test_config_check_names_a_bad_early_stop_setting_before_compute():
-  from sgpo_jax import config_check
+  from sgpo_jax.config import check as config_check
   config = config_check.default_config()
   config.train.early_stop.update(enabled=True, rule='nope')
   with pytest.raises(ValueError, match='train.early_stop.rule'):
@@ -1019,7 +1019,7 @@ def test_bound_stopper_with_intervals_per_config_stops_a_steady_config_and_waits
 
 
 def test_config_check_names_a_bad_bound_setting_before_compute():
-  from sgpo_jax import config_check
+  from sgpo_jax.config import check as config_check
   config = config_check.default_config()
   config.train.early_stop.update(enabled=True, rule='bound')
   config_check.check_config(config)  # the validated defaults and the shipped set

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sgpo_jax import default_config
+from sgpo_jax.config import defaults as default_config
 from sgpo_jax.scaling_law.runs import RunRecord
 from sgpo_jax.train import eval_due
 

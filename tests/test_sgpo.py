@@ -1,4 +1,4 @@
-"""Tests for sgpo_jax/sgpo.py: 1/p_hat buckets, allocation, fixed-shape row packing."""
+"""Tests for sgpo_jax/allocators/sgpo/allocation.py: 1/p_hat buckets, allocation, fixed-shape row packing."""
 
 import importlib.util
 import pathlib
@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from sgpo_jax import sgpo
+from sgpo_jax.allocators.sgpo import allocation as sgpo
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -210,38 +210,3 @@ def test_degenerate_inputs():
   with pytest.raises(ValueError, match='duplicates'):
     sgpo.allocate(sgpo.QueryProfile.from_counts([1, 2], 8, query_index=[5, 5]), sgpo_cfg())
 
-
-# -- rows --------------------------------------------------------------------------------
-
-
-def test_pack_rows_mixed_sizes_and_padding():
-  layout = sgpo.pack_rows([10, 11, 12], [2, 4, 8], 16)
-  np.testing.assert_array_equal(layout.row_query_index_R,
-                                [10, 10, 11, 11, 11, 11] + [12] * 8 + [-1, -1])
-  np.testing.assert_array_equal(layout.group_id_R,
-                                [0, 0, 1, 1, 1, 1] + [2] * 8 + [3, 4])
-  assert layout.group_id_R.dtype == np.int32
-  assert layout.valid_R.sum() == 14 and not layout.valid_R[-2:].any()
-  assert layout.num_groups == 16 and layout.num_prompts == 3
-  assert layout.padding_fraction == pytest.approx(2 / 16)
-  np.testing.assert_array_equal(layout.row_group_size_R, [2, 2] + [4] * 4 + [8] * 8 + [0, 0])
-  empty = sgpo.pack_rows([], [], 8)
-  assert empty.padding_fraction == 1.0 and len(set(empty.group_id_R.tolist())) == 8
-
-
-def test_pack_rows_refuses_to_overflow_and_pack_batches_never_splits():
-  with pytest.raises(ValueError, match='need 18 rows > rows_per_batch=16'):
-    sgpo.pack_rows([1, 2, 3], [8, 8, 2], 16)
-  layouts = sgpo.pack_batches([1, 2, 3, 4], [8, 4, 8, 2], 16)
-  assert [sorted(set(lay.row_query_index_R[lay.valid_R].tolist())) for lay in layouts] == [
-      [1, 2], [3, 4]]
-  assert [lay.num_valid_rows for lay in layouts] == [12, 10]
-
-
-def test_validate_rows_per_batch():
-  sgpo.validate_rows_per_batch(64, (2, 4, 8))
-  with pytest.raises(ValueError,
-                     match='rows_per_batch=60 is not a multiple of the largest group size 8'):
-    sgpo.validate_rows_per_batch(60, (2, 4, 8))
-  with pytest.raises(ValueError, match='group size 6'):
-    sgpo.validate_rows_per_batch(16, (2, 6, 8))

@@ -1,4 +1,4 @@
-"""Tests for sgpo_jax.sharding: mesh shapes, parameter placement, and multi-device parity.
+"""Tests for sgpo_jax.model.sharding: mesh shapes, parameter placement, and multi-device parity.
 
 The multi-device checks need 8 fake CPU devices, which XLA only creates if XLA_FLAGS is set
 before jax is imported, so they run this file as a script in a subprocess. That script
@@ -27,9 +27,9 @@ def _multi_device_results() -> dict:
 
   from conftest import BOS, EOS, PAD, forward_fn, left_pad, mesh_config, params_for
   from conftest import random_tokens, tiny_config
-  from sgpo_jax import model as model_lib
-  from sgpo_jax import sampling
-  from sgpo_jax import sharding as sharding_lib
+  from sgpo_jax.model import transformer as model_lib
+  from sgpo_jax.generate import sampler as sampling
+  from sgpo_jax.model import sharding as sharding_lib
 
   assert len(jax.devices()) == 8, jax.devices()
   cfg = tiny_config()
@@ -157,13 +157,13 @@ def test_uneven_dims_fall_back_to_replication(multi):
     ((4, 0, 2), ('data', 'fsdp', 'tp'), 8, r'mesh.shape=\(4, 0, 2\): sizes must be positive'),
 ])
 def test_resolve_mesh_shape_errors(shape, axes, devices, message):
-  from sgpo_jax import sharding as sharding_lib
+  from sgpo_jax.model import sharding as sharding_lib
   with pytest.raises(ValueError, match=message):
     sharding_lib.resolve_mesh_shape(shape, axes, devices)
 
 
 def test_resolve_mesh_shape_fills_the_rest():
-  from sgpo_jax import sharding as sharding_lib
+  from sgpo_jax.model import sharding as sharding_lib
   axes = ('data', 'fsdp', 'tp')
   assert sharding_lib.resolve_mesh_shape((-1, 1, 1), axes, 8) == (8, 1, 1)
   assert sharding_lib.resolve_mesh_shape((2, -1, 2), axes, 8) == (2, 2, 2)
@@ -174,7 +174,7 @@ def test_make_mesh_on_one_device():
   import jax
 
   from conftest import mesh_config
-  from sgpo_jax import sharding as sharding_lib
+  from sgpo_jax.model import sharding as sharding_lib
   mesh = sharding_lib.make_mesh(mesh_config((-1, 1, 1)), jax.devices()[:1])
   assert dict(mesh.shape) == {'data': 1, 'fsdp': 1, 'tp': 1}
   with pytest.raises(ValueError, match=r'mesh.shape=\(2, 1, 1\)'):

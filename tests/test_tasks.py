@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 
 from configs.default import get_config
 from sgpo_jax import tasks
-from sgpo_jax.data import Query, load_queries
+from sgpo_jax.data.loading import Query, load_queries
 from sgpo_jax.tasks import arithmetic
-from sgpo_jax.tokenizer import CharTokenizer
+from sgpo_jax.data.tokenizer import CharTokenizer
 
 
 def _data_config(**overrides):

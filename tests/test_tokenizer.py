@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sgpo_jax import default_config
-from sgpo_jax import tokenizer as tokenizer_lib
-from sgpo_jax.tokenizer import (UNKNOWN_CHAR, CharTokenizer, HFTokenizer, load_saved_tokenizer,
+from sgpo_jax.config import defaults as default_config
+from sgpo_jax.data import tokenizer as tokenizer_lib
+from sgpo_jax.data.tokenizer import (UNKNOWN_CHAR, CharTokenizer, HFTokenizer, load_saved_tokenizer,
                                 load_tokenizer)
 
 CHAT_TEMPLATE = (

@@ -12,9 +12,9 @@ import zlib
 import numpy as np
 import pytest
 
-from sgpo_jax import checkpoint as checkpoint_lib
-from sgpo_jax import default_config
-from sgpo_jax import learner as learner_lib
+from sgpo_jax.outputs import checkpoint as checkpoint_lib
+from sgpo_jax.config import defaults as default_config
+from sgpo_jax.rl import learner as learner_lib
 from sgpo_jax import tasks, train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -199,7 +199,8 @@ def test_export_of_trained_run_loads_in_transformers_with_same_logits(sgpo_run, 
   torch = pytest.importorskip('torch')
   import transformers
 
-  from sgpo_jax import export, model as model_lib
+  from sgpo_jax import export
+  from sgpo_jax.model import transformer as model_lib
   workdir, _ = sgpo_run
   params, cfg, step = export.load_policy(workdir)
   assert step == 6

@@ -11,8 +11,8 @@ import jax
 import numpy as np
 import pytest
 
-from sgpo_jax import default_config
-from sgpo_jax import warm_start
+from sgpo_jax.config import defaults as default_config
+from sgpo_jax.rl import warm_start
 
 
 def _tiny_config(cache_dir: str):

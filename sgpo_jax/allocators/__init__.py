@@ -39,10 +39,10 @@ from sgpo_jax.allocators.base import (Allocator, BatchPlan, EpochCursor, FilledB
 from sgpo_jax.allocators.grpo import GRPOAllocator, GRPOSettings  # noqa: I001
 from sgpo_jax.allocators.dapo import (DAPOAllocator, DAPOBatch, DAPOBatchBuilder,
                                       DAPOSettings, dapo_keep_groups)
-from sgpo_jax.allocators.sgpo import SGPOAllocator
-from sgpo_jax.allocators.greso import GRESOAllocator
-from sgpo_jax.allocators.knapsack import KnapsackAllocator
-from sgpo_jax.allocators.sgpo_bayes import BayesAllocator, BayesSettings
+from sgpo_jax.allocators.sgpo.allocator import SGPOAllocator
+from sgpo_jax.allocators.greso.allocator import GRESOAllocator
+from sgpo_jax.allocators.knapsack.allocator import KnapsackAllocator
+from sgpo_jax.allocators.sgpo_bayes.allocator import BayesAllocator, BayesSettings
 
 __all__ = [
     'Allocator', 'BayesAllocator', 'BayesSettings', 'BatchPlan', 'DAPOAllocator', 'DAPOBatch', 'DAPOBatchBuilder', 'DAPOSettings',

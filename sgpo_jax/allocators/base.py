@@ -26,8 +26,9 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from sgpo_jax import sgpo
-from sgpo_jax.sgpo import RowLayout
+from sgpo_jax.allocators.sgpo import allocation as sgpo
+from sgpo_jax.allocators.rows import RowLayout
+from sgpo_jax.allocators import rows as rows_lib
 
 
 def stream_rng(*keys: int) -> np.random.Generator:
@@ -84,7 +85,7 @@ class BatchPlan:
 
   def rows(self, rows_per_batch: int) -> RowLayout:
     """Fixed-shape row layout; group_id of prompt p's rows is p, padding rows masked."""
-    return sgpo.pack_rows(self.query_index, self.group_size, rows_per_batch)
+    return rows_lib.layout_rows(self.query_index, self.group_size, rows_per_batch)
 
   @property
   def num_prompts(self) -> int:

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax import config_check
+from sgpo_jax.config import check as config_check
 from sgpo_jax.allocators.base import FilledBatch, Rollout, RolloutFn, register_allocator
 from sgpo_jax.allocators.grpo import GRPOAllocator
-from sgpo_jax.sgpo import RowLayout
+from sgpo_jax.allocators.rows import RowLayout
 
 
 def dapo_keep_groups(rewards_R: np.ndarray, group_id_R: np.ndarray, valid_R: np.ndarray,

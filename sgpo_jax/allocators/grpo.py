@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax import config_check
-from sgpo_jax import sgpo as sgpo_lib
+from sgpo_jax.config import check as config_check
 from sgpo_jax.allocators.base import BatchPlan, EpochCursor, PlanAllocator, register_allocator
+from sgpo_jax.allocators import rows as rows_lib
 
 _GRPO_STREAM = 0x6290  # seed-sequence tag of the pool walk
 
@@ -43,7 +43,7 @@ class GRPOAllocator(PlanAllocator):
   def __init__(self, num_queries: int, group_size: int, rows_per_batch: int, seed: int = 0):
     if num_queries < 1:
       raise ValueError(f'num_queries={num_queries}: the training pool is empty')
-    sgpo_lib.validate_rows_per_batch(rows_per_batch, (group_size,))
+    rows_lib.validate_rows_per_batch(rows_per_batch, (group_size,))
     self.num_queries = int(num_queries)
     self.group_size = int(group_size)
     self.rows_per_batch = int(rows_per_batch)

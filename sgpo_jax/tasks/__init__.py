@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax.query import Query
+from sgpo_jax.data.query import Query
 from sgpo_jax.tasks import arithmetic
 
 RewardFn = Callable[[list[str], list[Query]], np.ndarray]

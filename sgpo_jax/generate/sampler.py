@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from sgpo_jax import model as model_lib
-from sgpo_jax import sharding as sharding_lib
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.model import sharding as sharding_lib
 
 
 @dataclasses.dataclass

@@ -30,7 +30,7 @@ histogram and trivial / unsolved fractions.
 
 import ml_collections
 
-from sgpo_jax.config_args import parse_arg
+from sgpo_jax.config.args import parse_arg
 
 REGIMES = ('default', 'paper_like', 'small_pool')
 
@@ -44,7 +44,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.dry_run = False  # build abstractly, print memory/FLOPs table, exit
 
   # Queries. `source='arithmetic'` generates the embedded task from `seed`; other sources
-  # (jsonl, parquet, tfds, hf) read files (see sgpo_jax/data.py).
+  # (jsonl, parquet, tfds, hf) read files (see sgpo_jax/data/loading.py).
   c.data = ml_collections.ConfigDict()
   c.data.source = 'arithmetic'
   c.data.seed = 0  # pool / eval split / warm start: shared by every method and RL seed
@@ -88,7 +88,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.head_dim = 32
   c.model.d_ff = 512
   c.model.rope_theta = 10000.0
-  c.model.rope_type = 'default'  # default | linear | llama3 (HF formulas; sgpo_jax/model.py)
+  c.model.rope_type = 'default'  # default | linear | llama3 (HF formulas; sgpo_jax/model/transformer.py)
   c.model.rope_factor = 1.0  # linear / llama3 scaling factor
   c.model.rope_low_freq_factor = 1.0  # llama3 only
   c.model.rope_high_freq_factor = 4.0  # llama3 only
@@ -102,7 +102,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.param_dtype = 'float32'
   c.model.remat = False
   c.model.init_std = 0.02
-  c.model.hf_path = ''  # local HF checkpoint to start from (sgpo_jax/hf.py)
+  c.model.hf_path = ''  # local HF checkpoint to start from (sgpo_jax/model/hf.py)
 
   # Mesh: shape over axes; -1 = the rest of the devices.
   c.mesh = ml_collections.ConfigDict()
@@ -159,7 +159,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sgpo.prior_strength = 8.0  # kappa of the Beta prior around the profiled p_hat
   c.sgpo.prior_eps = 0.5  # added to both Beta parameters so p_hat = 0 or 1 stays revisable
 
-  # method=sgpo_bayes (beyond the paper; sgpo_jax/bayes.py, allocators/sgpo_bayes.py): a Beta
+  # method=sgpo_bayes (beyond the paper; sgpo_jax/allocators/sgpo_bayes/posterior.py, allocators/sgpo_bayes.py): a Beta
   # posterior per prompt from every rollout (and an optional lazy adaptive profile); G per
   # prompt by expected informative groups per row; all-equal groups dropped after rollout and
   # refilled (DAPO rounds); deprioritised prompts revisited GRESO-style.
@@ -241,7 +241,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.dapo.max_rounds = 4  # generation rounds per batch before padding the rest
 
   # GRESO (arXiv 2506.02177): DAPO rounds that skip likely-zero-variance prompts before
-  # rollout. Defaults are the authors' (sgpo_jax/greso.py).
+  # rollout. Defaults are the authors' (sgpo_jax/allocators/greso/rule.py).
   c.greso = ml_collections.ConfigDict()
   c.greso.group_size = 8
   c.greso.max_rounds = 4  # generation rounds per batch before padding the rest
@@ -254,7 +254,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.greso.p_floor = 0.01  # skip probability never above 1 - p_floor
 
   # Knapsack RL (arXiv 2509.25849): per step, each prompt's G from its past success rate,
-  # maximising sum value(p, G) under the row budget R (sgpo_jax/knapsack.py).
+  # maximising sum value(p, G) under the row budget R (sgpo_jax/allocators/knapsack/solver.py).
   c.knapsack = ml_collections.ConfigDict()
   c.knapsack.group_size = 8  # R / group_size prompts per step (the homogeneous budget)
   c.knapsack.min_group_size = 2
@@ -276,7 +276,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.advantage = 'grpo'  # grpo | dr_grpo | rloo
   c.train.std_eps = 1e-6
   c.train.loss_agg = 'token_mean'  # token_mean | seq_mean_token_mean | seq_mean_token_sum_norm
-  c.train.policy_loss = 'ppo'  # ppo | cispo (sgpo_jax/grpo.py POLICY_LOSSES)
+  c.train.policy_loss = 'ppo'  # ppo | cispo (sgpo_jax/rl/losses.py POLICY_LOSSES)
   c.train.importance_level = 'token'  # token | sequence (GSPO; grpo.py IMPORTANCE_RATIOS)
   c.train.clip_eps_low = 0.2  # ppo: ratio clip; cispo: IS-weight clip (grpo.py)
   c.train.clip_eps_high = 0.28

@@ -12,10 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax import sgpo as sgpo_lib
+from sgpo_jax.allocators.sgpo import allocation as sgpo_lib
 from sgpo_jax.allocators.base import (BatchPlan, EpochCursor, PlanAllocator,
                                       register_allocator, stream_rng)
-from sgpo_jax.sgpo import Allocation, RowLayout, SGPOSettings
+from sgpo_jax.allocators.rows import RowLayout
+from sgpo_jax.allocators.sgpo.allocation import Allocation, SGPOSettings
+from sgpo_jax.allocators import rows as rows_lib
 
 _PHASE_STREAM = 0x9A5E
 _REPLAY_STREAM = 0x8E91
@@ -117,7 +119,7 @@ class SGPOAllocator(PlanAllocator):
       replay_prompts = min(
           int(s.trivial_replay_fraction * self.rows_per_batch) // self._min_group_size,
           room // self._min_group_size)
-    sgpo_lib.validate_rows_per_batch(self.rows_per_batch, sorted(sizes))
+    rows_lib.validate_rows_per_batch(self.rows_per_batch, sorted(sizes))
     return replay_prompts, max(sizes)
 
   @classmethod

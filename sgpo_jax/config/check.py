@@ -14,14 +14,14 @@ from typing import Any
 
 import ml_collections
 
-from sgpo_jax import bayes
-from sgpo_jax import default_config as default_lib
+from sgpo_jax.allocators.sgpo_bayes import posterior as bayes
+from sgpo_jax.config import defaults as default_lib
 
 ROUNDINGS = ('down', 'up', 'nearest')
 
 
 def default_config() -> ml_collections.ConfigDict:
-  """The schema: the embedded default, `sgpo_jax/default_config.py`."""
+  """The schema: the embedded default, `sgpo_jax/config/defaults.py`."""
   return default_lib.get_config()
 
 
@@ -70,12 +70,12 @@ def check_dapo(s: Mapping[str, Any]) -> None:
 
 
 def check_greso(s: Mapping[str, Any]) -> None:
-  from sgpo_jax import greso
+  from sgpo_jax.allocators.greso import rule as greso
   greso.GRESOSettings(**s)  # its __post_init__ names the bad field and the fix
 
 
 def check_knapsack(s: Mapping[str, Any]) -> None:
-  from sgpo_jax import knapsack
+  from sgpo_jax.allocators.knapsack import solver as knapsack
   knapsack.KnapsackSettings(**s)
 
 
@@ -249,7 +249,9 @@ def _choice(name: str, value: Any, choices: Any) -> None:
 
 def check_ranges(config: ml_collections.ConfigDict) -> None:
   """Value ranges and choices of the non-allocator sections."""
-  from sgpo_jax import data, grpo, tasks  # the registries of names (no cycle: none imports us)
+  from sgpo_jax import tasks  # the registries of names (no cycle: none imports us)
+  from sgpo_jax.data import loading as data
+  from sgpo_jax.rl import losses as grpo
   d, s, t, es = config.data, config.sampling, config.train, config.train.early_stop
   _choice('data.source', d.source, data.SOURCES)
   _choice('data.reward', d.reward, tasks.REWARDS)
@@ -361,7 +363,7 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
     raise ValueError(f'train.micro_batches={t.micro_batches} must divide train.rows_per_batch='
                      f'{t.rows_per_batch}.')
   if num_devices is not None:
-    from sgpo_jax import sharding  # jax-heavy: only when a device count is checked
+    from sgpo_jax.model import sharding  # jax-heavy: only when a device count is checked
     shape = sharding.resolve_mesh_shape(config.mesh.shape, config.mesh.axes, num_devices)
     batch = 1
     for axis, size in zip(config.mesh.axes, shape):

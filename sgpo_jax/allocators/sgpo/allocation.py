@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax import config_check
-from sgpo_jax.config_check import ROUNDINGS
+from sgpo_jax.config import check as config_check
+from sgpo_jax.allocators.rows import check_group_sizes
 
 DEFAULT_GROUP_SIZES = (2, 4, 8)
 # A float p_hat or threshold is read as the simplest fraction (denominator up to this) that
@@ -61,17 +61,9 @@ def _floor_log2(x: Fraction) -> int:
   return e
 
 
-def _check_group_sizes(group_sizes: Sequence[int]) -> tuple[int, ...]:
-  sizes = tuple(sorted({int(g) for g in group_sizes}))
-  if not sizes or sizes[0] < 1:
-    raise ValueError(f'group_sizes={tuple(group_sizes)} must be a non-empty set of positive '
-                     'integers, e.g. (2, 4, 8)')
-  return sizes
-
-
 def _check_rounding(rounding: str) -> None:
-  if rounding not in ROUNDINGS:
-    raise ValueError(f"rounding={rounding!r} is not one of {ROUNDINGS}")
+  if rounding not in config_check.ROUNDINGS:
+    raise ValueError(f"rounding={rounding!r} is not one of {config_check.ROUNDINGS}")
 
 
 def group_size_for(p_hat: float | Fraction,
@@ -95,7 +87,7 @@ def group_size_for(p_hat: float | Fraction,
   success seen) gets max(group_sizes) with clip=True and is an error with clip=False.
   """
   _check_rounding(rounding)
-  sizes = _check_group_sizes(group_sizes)
+  sizes = check_group_sizes(group_sizes)
   p = _as_fraction(p_hat)
   if p < 0 or p > 1:
     raise ValueError(f'p_hat={float(p)} is outside [0, 1]; pass a success rate')
@@ -309,7 +301,7 @@ class SGPOSettings:
 
   def __post_init__(self) -> None:
     config_check.check_sgpo(dataclasses.asdict(self))
-    object.__setattr__(self, 'group_sizes', _check_group_sizes(self.group_sizes))
+    object.__setattr__(self, 'group_sizes', check_group_sizes(self.group_sizes))
 
   @classmethod
   def from_config(cls, section: Any = None) -> SGPOSettings:
@@ -461,112 +453,3 @@ def bucket_settled(n_correct: int, n_drawn: int, num_samples: int,
   left = num_samples - n_drawn
   return all(profile_bucket(c, num_samples, settings) == now
              for c in range(n_correct, n_correct + left + 1))
-
-
-# ----------------------------------------------------------------------------------------
-# Fixed-shape rows
-
-
-@dataclasses.dataclass(frozen=True)
-class RowLayout:
-  """Rows of one fixed-shape batch: prompt p's G_p rows are contiguous, padding at the end.
-
-  group_id_R is the prompt's position in the plan (0..P-1) for valid rows; every padding
-  row has its own id (P, P+1, ...), so all ids are < num_groups = rows_per_batch.
-  """
-  row_query_index_R: np.ndarray  # [R] int64, -1 for padding
-  group_id_R: np.ndarray  # [R] int32
-  valid_R: np.ndarray  # [R] bool
-  row_group_size_R: np.ndarray  # [R] int32, 0 for padding
-  num_groups: int  # static: == rows_per_batch
-
-  @property
-  def rows_per_batch(self) -> int:
-    return int(self.valid_R.size)
-
-  @property
-  def num_valid_rows(self) -> int:
-    return int(self.valid_R.sum())
-
-  @property
-  def num_prompts(self) -> int:
-    return int(np.unique(self.group_id_R[self.valid_R]).size)
-
-  @property
-  def padding_fraction(self) -> float:
-    return 1.0 - float(self.valid_R.mean())
-
-
-def _lcm(values: Sequence[int]) -> int:
-  out = 1
-  for v in values:
-    out = out * v // math.gcd(out, v)
-  return out
-
-
-def validate_rows_per_batch(rows_per_batch: int, group_sizes: Sequence[int]) -> None:
-  """Raises ValueError unless rows_per_batch is a positive multiple of every group size."""
-  sizes = _check_group_sizes(group_sizes)
-  if rows_per_batch < 1:
-    raise ValueError(f'rows_per_batch={rows_per_batch} must be positive')
-  bad = [g for g in sizes if rows_per_batch % g]
-  if bad:
-    lcm = _lcm(sizes)
-    suggestion = max(lcm, rows_per_batch // lcm * lcm)
-    which = ('the largest group size' if bad[-1] == sizes[-1] else 'the group size')
-    raise ValueError(f'rows_per_batch={rows_per_batch} is not a multiple of {which} '
-                     f'{bad[-1]} (group sizes {sizes}); use a multiple of {lcm}, e.g. '
-                     f'{suggestion}')
-
-
-def pack_rows(query_index_P: np.ndarray | Sequence[int],
-              group_size_P: np.ndarray | Sequence[int],
-              rows_per_batch: int) -> RowLayout:
-  """Lay out P prompts (G_p rows each, sizes may differ) as one batch of rows_per_batch rows.
-
-  Raises if the prompts need more than rows_per_batch rows: a group is never split across
-  batches (use `pack_batches` to cut a long prompt list into batches).
-  """
-  query_index_P = np.asarray(query_index_P, dtype=np.int64).reshape(-1)
-  group_size_P = np.asarray(group_size_P, dtype=np.int64).reshape(-1)
-  if query_index_P.shape != group_size_P.shape:
-    raise ValueError(f'{query_index_P.size} query indices but {group_size_P.size} group '
-                     'sizes; give one group size per prompt')
-  if group_size_P.size and group_size_P.min() < 1:
-    raise ValueError(f'group sizes must be >= 1; got {int(group_size_P.min())}')
-  needed = int(group_size_P.sum())
-  if needed > rows_per_batch:
-    raise ValueError(f'{query_index_P.size} prompts need {needed} rows > rows_per_batch='
-                     f'{rows_per_batch}; split them with pack_batches')
-  num_prompts = int(query_index_P.size)
-  prompt_R = np.repeat(np.arange(num_prompts), group_size_P)
-  num_pad = rows_per_batch - needed
-  valid_R = np.concatenate([np.ones(needed, bool), np.zeros(num_pad, bool)])
-  row_query_index_R = np.concatenate([query_index_P[prompt_R],
-                                      np.full(num_pad, -1, np.int64)])
-  group_id_R = np.concatenate([prompt_R, num_prompts + np.arange(num_pad)]).astype(np.int32)
-  row_group_size_R = np.concatenate([group_size_P[prompt_R],
-                                     np.zeros(num_pad, np.int64)]).astype(np.int32)
-  return RowLayout(row_query_index_R, group_id_R, valid_R, row_group_size_R,
-                   num_groups=int(rows_per_batch))
-
-
-def pack_batches(query_index_P: np.ndarray | Sequence[int],
-                 group_size_P: np.ndarray | Sequence[int],
-                 rows_per_batch: int) -> list[RowLayout]:
-  """Cut prompts, in order, into consecutive batches (a new batch when the next group does
-  not fit); only the batches' tails are padded."""
-  query_index_P = np.asarray(query_index_P, dtype=np.int64).reshape(-1)
-  group_size_P = np.asarray(group_size_P, dtype=np.int64).reshape(-1)
-  if group_size_P.size and group_size_P.max() > rows_per_batch:
-    raise ValueError(f'group size {int(group_size_P.max())} exceeds rows_per_batch='
-                     f'{rows_per_batch}')
-  layouts, start, used = [], 0, 0
-  for p, g in enumerate(group_size_P):
-    if used + g > rows_per_batch:
-      layouts.append(pack_rows(query_index_P[start:p], group_size_P[start:p], rows_per_batch))
-      start, used = p, 0
-    used += int(g)
-  if start < query_index_P.size:
-    layouts.append(pack_rows(query_index_P[start:], group_size_P[start:], rows_per_batch))
-  return layouts

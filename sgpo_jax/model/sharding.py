@@ -25,7 +25,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from sgpo_jax import model as model_lib
+from sgpo_jax.model import transformer as model_lib
 
 BATCH_AXES = ('data', 'fsdp')
 DEFAULT_RULES: tuple[tuple[str, Any], ...] = (

@@ -26,9 +26,9 @@ import orbax.checkpoint as ocp
 from absl import logging
 from tqdm.auto import tqdm
 
-from sgpo_jax import environment
-from sgpo_jax import model as model_lib
-from sgpo_jax import sharding as sharding_lib
+from sgpo_jax.outputs import environment
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.model import sharding as sharding_lib
 from sgpo_jax import tasks
 
 
@@ -166,7 +166,7 @@ def initial_policy(config, cfg: model_lib.ModelConfig, mesh, tokenizer, train_qu
   abstract = model_lib.abstract_params(cfg)
   shardings = sharding_lib.param_shardings(abstract, mesh)
   if config.model.hf_path:
-    from sgpo_jax import hf
+    from sgpo_jax.model import hf
     params = hf.load_hf_params(config.model.hf_path, cfg, mesh)
     return params, shardings, {'source': 'hf', 'path': config.model.hf_path}
   if config.warm_start.steps <= 0:
@@ -253,8 +253,8 @@ def _train(config, cfg, mesh, tokenizer, train_queries, path, shardings, show_pr
 def policy_for_config(config, workdir: str, show_progress: bool = True):
   """(params, info) of `config`'s initial policy, built outside a run: its mesh, tokenizer,
   model and training queries, then `initial_policy` (tools and tests that need only that)."""
-  from sgpo_jax import data as data_lib
-  from sgpo_jax import tokenizer as tokenizer_lib
+  from sgpo_jax.data import loading as data_lib
+  from sgpo_jax.data import tokenizer as tokenizer_lib
   mesh = sharding_lib.make_mesh(config.mesh)
   tokenizer = tokenizer_lib.load_tokenizer(config.tokenizer)
   cfg = model_lib.ModelConfig.from_config(config.model)

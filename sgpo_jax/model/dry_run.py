@@ -24,7 +24,7 @@ Estimates (per device; B = batch shards = data * fsdp, T = max_prompt_len + max_
   only its D-wide input and one layer is live at a time during the backward pass. Plus the
   f32 logits and their gradient over a `train.logprob_chunk`-token chunk (0 = all T).
   An order-of-magnitude estimate for choosing micro_batches / remat, not a measurement.
-- FLOPs per RL step (sgpo_jax/flops.py): sampling = R x (prefill of max_prompt_len +
+- FLOPs per RL step (sgpo_jax/model/flops.py): sampling = R x (prefill of max_prompt_len +
   max_new_tokens decode steps over the T-slot cache); reference forward R x T tokens when
   `train.kl_coef > 0`; training = mu x R x T tokens x 3 x forward. Profiling is per query:
   `profile.num_samples` generations.
@@ -40,9 +40,9 @@ import jax
 import ml_collections
 from jax.sharding import AbstractMesh
 
-from sgpo_jax import flops as flops_lib
-from sgpo_jax import model as model_lib
-from sgpo_jax import sharding as sharding_lib
+from sgpo_jax.model import flops as flops_lib
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.model import sharding as sharding_lib
 
 _BYTES = {'float32': 4, 'bfloat16': 2, 'float16': 2}
 
@@ -98,7 +98,7 @@ def dry_run(config: ml_collections.ConfigDict, num_devices: int | None = None,
   hf_checked = False
   hf_path = config.model.get('hf_path', '')
   if hf_path and os.path.isfile(os.path.join(hf_path, 'config.json')):
-    from sgpo_jax import hf as hf_lib
+    from sgpo_jax.model import hf as hf_lib
     hf_lib.check_matches_checkpoint(cfg, hf_path)
     hf_checked = True
 

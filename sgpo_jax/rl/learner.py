@@ -25,11 +25,11 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 
-from sgpo_jax import flops as flops_lib
-from sgpo_jax import grpo
-from sgpo_jax import model as model_lib
-from sgpo_jax import packing as packing_lib
-from sgpo_jax import sharding as sharding_lib
+from sgpo_jax.model import flops as flops_lib
+from sgpo_jax.rl import losses as grpo
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.rl import sequence_packing as packing_lib
+from sgpo_jax.model import sharding as sharding_lib
 
 
 class NonFiniteError(FloatingPointError):

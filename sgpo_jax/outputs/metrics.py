@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from sgpo_jax import sharding
+from sgpo_jax.model import sharding
 
 
 def to_jsonable(value: Any) -> Any:

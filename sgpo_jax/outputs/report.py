@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from sgpo_jax import flops as flops_lib
+from sgpo_jax.model import flops as flops_lib
 
 
 def _figure(figsize):

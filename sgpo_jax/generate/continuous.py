@@ -39,10 +39,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from sgpo_jax import flops as flops_lib
-from sgpo_jax import model as model_lib
-from sgpo_jax import sharding as sharding_lib
-from sgpo_jax.sampling import SampleOutput, pick_tokens
+from sgpo_jax.model import flops as flops_lib
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.model import sharding as sharding_lib
+from sgpo_jax.generate.sampler import SampleOutput, pick_tokens
 
 
 def prefill_buckets(max_prompt_len: int, step: int) -> tuple[int, ...]:

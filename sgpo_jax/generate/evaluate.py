@@ -12,8 +12,8 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from sgpo_jax import sharding as sharding_lib
-from sgpo_jax.sampling import Sampler
+from sgpo_jax.model import sharding as sharding_lib
+from sgpo_jax.generate.sampler import Sampler
 
 
 def decode_rows(tokenizer, tokens_RxN: np.ndarray, mask_RxN: np.ndarray) -> list[str]:

@@ -77,8 +77,8 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax import bayes, config_check
-from sgpo_jax import sgpo as sgpo_lib
+from sgpo_jax.allocators.sgpo_bayes import posterior as bayes
+from sgpo_jax.config import check as config_check
 from sgpo_jax.allocators.base import (
   Allocator,
   BatchPlan,
@@ -88,7 +88,8 @@ from sgpo_jax.allocators.base import (
   register_allocator,
 )
 from sgpo_jax.allocators.dapo import DAPOBatchBuilder
-from sgpo_jax.sgpo import RowLayout
+from sgpo_jax.allocators.rows import RowLayout
+from sgpo_jax.allocators import rows as rows_lib
 
 _POOL_ORDER_STREAM = 0xBA7E5
 _REVISIT_STREAM = 0x2E71
@@ -186,7 +187,7 @@ class BayesAllocator(Allocator):
     if num_queries < 1:
       raise ValueError(f'num_queries={num_queries}: the training pool is empty')
     self.stratum_Q = self._strata(settings.pooled_prior, strata, int(num_queries))
-    sgpo_lib.validate_rows_per_batch(rows_per_batch, settings.group_sizes)
+    rows_lib.validate_rows_per_batch(rows_per_batch, settings.group_sizes)
     self.num_queries = int(num_queries)
     self.rows_per_batch = int(rows_per_batch)
     self.settings = settings
@@ -324,7 +325,7 @@ class BayesAllocator(Allocator):
     st.probe_rounds += 1
     take = st.in_flight[:self.rows_per_batch]
     k_P = self.probe_samples_per_prompt(take)
-    layout = sgpo_lib.pack_rows(np.array(take, np.int64), k_P, self.rows_per_batch)
+    layout = rows_lib.layout_rows(np.array(take, np.int64), k_P, self.rows_per_batch)
     rewards_R = np.asarray(rollout_fn(layout, round_index, 'profile').rewards_R, np.float64)
     valid = np.flatnonzero(layout.valid_R)
     success_R = np.clip(rewards_R[valid], 0.0, 1.0)

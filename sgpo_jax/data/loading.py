@@ -39,7 +39,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from sgpo_jax.query import Query
+from sgpo_jax.data.query import Query
 
 SOURCES = ('arithmetic', 'jsonl', 'parquet', 'tfds', 'hf')
 _MAX_EXAMPLES = 5

@@ -39,8 +39,8 @@ import ml_dtypes
 import numpy as np
 from jax.sharding import Mesh
 
-from sgpo_jax import model as model_lib
-from sgpo_jax import sharding as sharding_lib
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.model import sharding as sharding_lib
 
 Params = Any
 ARCHITECTURES = {'qwen2': 'Qwen2ForCausalLM', 'qwen3': 'Qwen3ForCausalLM',

@@ -1,5 +1,5 @@
 """Knapsack RL (arXiv 2509.25849) as an allocator: R/G prompts a step from GRPO's pool
-walk, each at the group size the knapsack solve gives it (the math: `sgpo_jax/knapsack.py`).
+walk, each at the group size the knapsack solve gives it (the math: `sgpo_jax/allocators/knapsack/solver.py`).
 
 p of a prompt = the mean clipped reward of its last rollout group (settings.prior_success
 before its first). One plan per step, at most R rows (padding where the solve and its
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax import config_check
-from sgpo_jax import knapsack as rule
+from sgpo_jax.config import check as config_check
+from sgpo_jax.allocators.knapsack import solver as rule
 from sgpo_jax.allocators.base import BatchPlan, EpochCursor, register_allocator
 from sgpo_jax.allocators.grpo import GRPOAllocator
 

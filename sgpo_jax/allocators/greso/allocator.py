@@ -1,5 +1,5 @@
 """GRESO (arXiv 2506.02177) as an allocator: DAPO dynamic sampling whose rounds skip
-likely-zero-variance prompts before rollout (the rule: `sgpo_jax/greso.py`).
+likely-zero-variance prompts before rollout (the rule: `sgpo_jax/allocators/greso/rule.py`).
 
 The pool walk is GRPO's (a fresh shuffle per epoch); each candidate prompt is skipped with
 `greso.skip_probability` of its all-correct / all-wrong streaks, else it joins the round
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax import config_check
-from sgpo_jax import greso as rule
+from sgpo_jax.config import check as config_check
+from sgpo_jax.allocators.greso import rule
 from sgpo_jax.allocators.base import (BatchPlan, EpochCursor, FilledBatch, RolloutFn,
                                       register_allocator, stream_rng)
 from sgpo_jax.allocators.dapo import DAPOAllocator
