@@ -112,8 +112,9 @@ def test_cli_rejects_unknown_override_before_compute(tmp_path):
     ({'importance_level': 'seq'},
      r"train.importance_level='seq' is not one of \('sequence', 'token'\)"),
     ({'clip_eps_low': 1.5}, r'train.clip_eps_low=1.5 must be in \[0, 1\].*CISPO'),
-    ({'importance_level': 'sequence'},
+    ({'importance_level': 'sequence', 'clip_eps_high': 0.28},
      r'importance_level=sequence with train.clip_eps_high=0.28.*clip_eps_high=4e-4'),
+    ({'policy_loss': 'cispo', 'clip_eps_low': 1.5}, r'train.clip_eps_low=1.5 must be in'),
 ])
 def test_loss_fields_are_checked(fields, match):
   c = config()
@@ -130,6 +131,23 @@ def test_gspo_and_cispo_settings_pass(fields):
   c = config()
   c.train.update(fields)
   config_check.check_config(c)
+
+
+@pytest.mark.parametrize('fields, expected', [
+    ({}, (0.2, 0.28)),
+    ({'importance_level': 'sequence'}, (3e-4, 4e-4)),  # GSPO: the paper's bounds
+    ({'policy_loss': 'cispo'}, (1.0, 0.28)),  # CISPO: no lower bound
+    ({'policy_loss': 'cispo', 'clip_eps_high': 2.0}, (1.0, 2.0)),  # a set bound wins
+    ({'importance_level': 'sequence', 'clip_eps_low': 1e-3}, (1e-3, 4e-4)),
+])
+def test_unset_clip_bounds_resolve_to_the_chosen_losses_defaults(fields, expected):
+  from sgpo_jax.rl import learner
+  c = config()
+  assert c.train.clip_eps_low is None and c.train.clip_eps_high is None  # unset by default
+  c.train.update(fields)
+  config_check.check_config(c)
+  settings = learner.LossSettings.from_config(c)
+  assert (settings.clip_eps_low, settings.clip_eps_high) == expected
 
 
 def _config_module(name):

@@ -619,3 +619,128 @@ def test_policy_gradient_step_moves_logprobs_by_advantage_sign():
   after = np.asarray(seq_logp(new_head).sum(-1))
   assert after[0] > before[0]
   assert after[1] < before[1]
+
+
+# --------------------------------------------------------------------------- numerical safety
+
+
+@pytest.mark.parametrize('jit', [False, True])
+def test_gspo_sequence_near_a_clip_bound_is_clipped_whole(jit):
+  """log s_i within 1e-6 of log(1 + eps_high): every token of the row carries the same ratio
+  bit for bit, so the row is clipped whole. Large |logp| (30) makes the left-to-right form
+  (log s + logp) - logp round at logp's scale (ulp ~2e-6) and split the row."""
+  eps_high = 4e-4
+  bound = np.log1p(eps_high)
+  logp = np.array([-30.123457, -0.0012345, -7.654321, -19.87654, -3.0, -25.5], np.float32)
+  rows_logp, rows_old = [], []
+  for offset in np.linspace(-1e-6, 1e-6, 21):  # 21 rows straddling the bound
+    old = logp.astype(np.float64) - (bound + offset)  # mean log ratio = bound + offset
+    rows_logp.append(logp)
+    rows_old.append(old.astype(np.float32))
+  logp_RxT, old_RxT = jnp.asarray(np.stack(rows_logp)), jnp.asarray(np.stack(rows_old))
+  R, T = logp_RxT.shape
+  mask_RxT = jnp.ones((R, T))
+  ratio_fn = grpo.IMPORTANCE_RATIOS['sequence']
+  loss_fn = functools.partial(grpo.policy_loss, clip_eps_low=3e-4, clip_eps_high=eps_high,
+                              logratio_clamp=10.0, loss_agg='seq_mean_token_mean',
+                              max_new_tokens=T, importance_level='sequence')
+  if jit:
+    ratio_fn, loss_fn = jax.jit(ratio_fn, static_argnums=3), jax.jit(loss_fn)
+  log_ratio_RxT = np.asarray(ratio_fn(logp_RxT, old_RxT, mask_RxT, 10.0))
+  assert np.all(log_ratio_RxT == log_ratio_RxT[:, :1])  # one forward value per sequence
+  _, _, metrics = loss_fn(logp_RxT, old_RxT, jnp.ones(R), mask_RxT, jnp.ones(R, bool))
+  clipped = float(metrics['clip_high_sum'])
+  assert clipped % T == 0 and 0 < clipped < R * T  # whole rows only, on both sides
+  # The gradient is unchanged by the parentheses: s_i * d logp_t / |y_i| inside the band.
+  grad = jax.grad(lambda lp: loss_fn(lp, old_RxT, jnp.ones(R), mask_RxT,
+                                     jnp.ones(R, bool))[0])(logp_RxT)
+  s_R = np.exp(log_ratio_RxT[:, 0])
+  inside = s_R <= 1 + eps_high
+  np.testing.assert_allclose(np.asarray(grad)[inside], np.broadcast_to(
+      -s_R[inside, None] / T, (inside.sum(), T)), rtol=1e-6)
+  assert np.all(np.asarray(grad)[~inside] == 0.0)
+
+
+def test_k3_kl_is_finite_far_from_the_reference():
+  """ref - logp = 100 would overflow exp in float32 (inf loss, NaN gradient); the log-ratio
+  is clamped to [-20, 20] first: KL = e^20 - 20 - 1, and no gradient beyond the clamp."""
+  def loss(logp, ref):
+    s, d, metrics = grpo.policy_loss(
+        logp, logp, jnp.array([0.0]), jnp.ones((1, 2)), jnp.array([True]), kl_coef=0.1,
+        ref_logp_RxT=ref, kl_form='k3', loss_agg='token_mean', **LOSS_KW)
+    return s / d, metrics
+
+  logp = jnp.array([[-100.5, -1.0]])
+  ref = jnp.array([[-0.5, -1.5]])  # ref - logp = 100 and -0.5
+  (value, metrics), grad = jax.value_and_grad(loss, has_aux=True)(logp, ref)
+  k3_far = np.exp(20.0) - 20.0 - 1.0
+  k3_near = np.exp(-0.5) + 0.5 - 1.0
+  np.testing.assert_allclose(float(value), 0.1 * (k3_far + k3_near) / 2, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(grad), [[0.0, 0.1 * (1 - np.exp(-0.5)) / 2]], rtol=1e-5)
+  assert np.isfinite(float(metrics['kl_sum']))
+  # Reference far below: -100 clamps to -20: e^-20 + 20 - 1.
+  (value, _), grad = jax.value_and_grad(loss, has_aux=True)(logp, jnp.array([[-200.5, -1.5]]))
+  np.testing.assert_allclose(float(value), 0.1 * (np.exp(-20.0) + 19.0 + k3_near) / 2,
+                             rtol=1e-6)
+  assert np.all(np.isfinite(np.asarray(grad)))
+
+
+@pytest.mark.parametrize('pg_loss, importance_level, packed', [
+    ('ppo', 'token', False), ('ppo', 'sequence', False), ('cispo', 'token', False),
+    ('ppo', 'token', True)])
+@pytest.mark.parametrize('filler', [np.nan, np.inf, -np.inf])
+def test_non_finite_fillers_in_masked_positions_leave_gradients_unchanged(
+    pg_loss, importance_level, packed, filler):
+  """NaN / inf in masked positions (logp, old_logp, ref_logp, entropy, a padding row's
+  advantage, packed advantages and token weights) give the clean case's loss, metrics and
+  gradient, bit for bit."""
+  logp, old_logp, advantages, mask, valid = _tiny_loss_example()
+  ref_logp = logp - 0.25
+  entropy = np.full_like(logp, 0.5)
+  off = (mask == 0) | ~valid[:, None]
+  if packed:
+    advantages = np.broadcast_to(advantages[:, None], logp.shape).copy()
+  weight = np.full_like(logp, 0.5)
+
+  def dirty(x):
+    x = np.array(x, np.float32)
+    if x.ndim == 2:
+      x[off] = filler
+    else:
+      x[~valid] = filler
+    return x
+
+  def run(logp, old_logp, ref_logp, entropy, advantages, weight):
+    def loss(logp):
+      s, d, metrics = grpo.policy_loss(
+          logp, old_logp, advantages, mask, valid, kl_coef=0.1, ref_logp_RxT=ref_logp,
+          entropy_RxT=entropy, loss_agg='token_mean', pg_loss=pg_loss,
+          importance_level=importance_level, token_weight_RxT=weight if packed else None,
+          **LOSS_KW)
+      return s / d, metrics
+    return jax.value_and_grad(loss, has_aux=True)(jnp.asarray(logp))
+
+  (clean_value, clean_metrics), clean_grad = run(logp, old_logp, ref_logp, entropy, advantages,
+                                                 weight)
+  (value, metrics), grad = run(*map(dirty, (logp, old_logp, ref_logp, entropy, advantages,
+                                             weight)))
+  assert np.all(np.isfinite(np.asarray(grad)))
+  np.testing.assert_array_equal(np.asarray(grad), np.asarray(clean_grad))
+  assert float(value) == float(clean_value)
+  for key, clean in clean_metrics.items():
+    assert float(metrics[key]) == float(clean), key
+
+
+@pytest.mark.parametrize('policy_loss, importance_level, expected', [
+    ('ppo', 'token', (0.2, 0.28)),  # DAPO's clip-higher
+    ('ppo', 'sequence', (3e-4, 4e-4)),  # the GSPO paper
+    ('cispo', 'token', (1.0, 0.28)),  # MiniMax-M1: no lower bound on the IS weight
+    ('cispo', 'sequence', (1.0, 4e-4)),
+])
+def test_unset_clip_bounds_take_the_losses_defaults(policy_loss, importance_level, expected):
+  assert grpo.resolve_clip_bounds(policy_loss, importance_level) == expected
+  # A bound that is set wins, each independently (0.0 is a value, not "unset").
+  assert grpo.resolve_clip_bounds(policy_loss, importance_level, 0.0, None) == (0.0, expected[1])
+  assert grpo.resolve_clip_bounds(policy_loss, importance_level, None, 0.5) == (expected[0], 0.5)
+  with pytest.raises(ValueError, match="policy_loss='reinforce'"):
+    grpo.resolve_clip_bounds('reinforce', importance_level)

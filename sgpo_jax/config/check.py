@@ -277,16 +277,20 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
       ('data.math_workers', d.math_workers, 0), ('data.rl_pool_size', d.rl_pool_size, 0),
       ('train.flops_budget', t.flops_budget, 0), ('train.kl_coef', t.kl_coef, 0),
       ('train.grad_clip', t.grad_clip, 0), ('train.weight_decay', t.weight_decay, 0),
-      ('train.std_eps', t.std_eps, 0), ('train.clip_eps_high', t.clip_eps_high, 0)):
+      ('train.std_eps', t.std_eps, 0)):
     _require(value >= low, f'{name}={value} must be >= {low}.')
   _require(t.learning_rate > 0, f'train.learning_rate={t.learning_rate} must be > 0.')
-  _require(0 <= t.clip_eps_low <= 1,
-           f'train.clip_eps_low={t.clip_eps_low} must be in [0, 1] (1.0 = no lower ratio '
+  # Unset bounds (None) take the chosen loss's defaults; the resolved values are checked.
+  clip_eps_low, clip_eps_high = grpo.resolve_clip_bounds(
+      t.policy_loss, t.importance_level, t.clip_eps_low, t.clip_eps_high)
+  _require(clip_eps_high >= 0, f'train.clip_eps_high={clip_eps_high} must be >= 0.')
+  _require(0 <= clip_eps_low <= 1,
+           f'train.clip_eps_low={clip_eps_low} must be in [0, 1] (1.0 = no lower ratio '
            'bound, as CISPO in MiniMax-M1).')
   # A length-normalised sequence ratio moves ~1e-3 per update; token-sized bounds (0.2 /
   # 0.28) would never clip it, silently turning GSPO into unclipped policy gradient.
-  _require(t.importance_level != 'sequence' or t.clip_eps_high <= 0.05,
-           f'train.importance_level=sequence with train.clip_eps_high={t.clip_eps_high}: the '
+  _require(t.importance_level != 'sequence' or clip_eps_high <= 0.05,
+           f'train.importance_level=sequence with train.clip_eps_high={clip_eps_high}: the '
            'sequence ratio s_i = exp(mean log ratio) moves ~1e-3 per update, so token-sized '
            'bounds never clip. Use GSPO-sized bounds (the paper: clip_eps_low=3e-4, '
            'clip_eps_high=4e-4), or importance_level=token.')

@@ -278,8 +278,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.loss_agg = 'token_mean'  # token_mean | seq_mean_token_mean | seq_mean_token_sum_norm
   c.train.policy_loss = 'ppo'  # ppo | cispo (sgpo_jax/rl/losses.py POLICY_LOSSES)
   c.train.importance_level = 'token'  # token | sequence (GSPO; grpo.py IMPORTANCE_RATIOS)
-  c.train.clip_eps_low = 0.2  # ppo: ratio clip; cispo: IS-weight clip (grpo.py)
-  c.train.clip_eps_high = 0.28
+  # ppo: ratio clip; cispo: IS-weight clip. Unset (None) = the paper's bounds for the chosen
+  # policy_loss x importance_level (losses.py DEFAULT_CLIP_BOUNDS): ppo/token 0.2 / 0.28,
+  # GSPO (sequence) 3e-4 / 4e-4, cispo 1.0 (no lower bound) / 0.28. A value set wins.
+  c.train.clip_eps_low = ml_collections.config_dict.placeholder(float)
+  c.train.clip_eps_high = ml_collections.config_dict.placeholder(float)
   c.train.logratio_clamp = 20.0
   c.train.kl_coef = 0.0  # 0 = no reference model kept or run
   c.train.kl_form = 'k3'  # k1 | k3

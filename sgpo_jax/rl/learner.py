@@ -100,9 +100,12 @@ class LossSettings:
   @classmethod
   def from_config(cls, config) -> 'LossSettings':
     t = config.train
+    # Unset clip bounds (None) become the chosen loss's paper defaults, in one place.
+    clip_eps_low, clip_eps_high = grpo.resolve_clip_bounds(
+        t.policy_loss, t.importance_level, t.clip_eps_low, t.clip_eps_high)
     return cls(advantage=t.advantage, std_eps=float(t.std_eps), loss_agg=t.loss_agg,
                policy_loss=t.policy_loss, importance_level=t.importance_level,
-               clip_eps_low=float(t.clip_eps_low), clip_eps_high=float(t.clip_eps_high),
+               clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high,
                logratio_clamp=float(t.logratio_clamp), kl_coef=float(t.kl_coef),
                kl_form=t.kl_form, logprob_chunk=int(t.logprob_chunk),
                micro_batches=int(t.micro_batches), max_new_tokens=int(config.sampling.max_new_tokens),

@@ -11,6 +11,11 @@ This module owns the pure, jit-compatible numerics of the RL update:
   separate low/high epsilon; 'cispo': stop-gradient clipped IS weight times log-prob) on an
   importance ratio from `IMPORTANCE_RATIOS` ('token'; 'sequence' = GSPO), optional KL to a
   reference, aggregated by a mode from `LOSS_AGGREGATIONS`, returned as (sum, denominator).
+  Masked positions are set to 0 on the inputs before any arithmetic, so any filler there
+  (NaN, inf) changes neither the loss nor its gradient. k3's log-ratio is clamped to +-20.
+- `resolve_clip_bounds`: the clip bounds a config leaves unset (None) come from
+  `DEFAULT_CLIP_BOUNDS`, keyed by (policy loss, importance level): GSPO and CISPO get their
+  papers' bounds when chosen, a bound set by the user always wins.
 
 Micro-batching contract (rows split across micro-batches, never tokens of one row):
 
@@ -26,6 +31,7 @@ summation order), for every aggregation mode, because every mode's sum is a sum 
 The train step itself lives elsewhere; this module holds only the math it calls.
 """
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -245,9 +251,16 @@ def _kl_k1(logp_RxT: Array, ref_logp_RxT: Array) -> Array:
   return logp_RxT - ref_logp_RxT
 
 
+# k3's log-ratio ref - logp is clamped to [-K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP] before
+# exp (as verl's low_var_kl): unclamped, exp overflows float32 once ref - logp > ~88 and the
+# loss is inf. Beyond the clamp the token's KL term is constant (exp(20) - 21 = 4.85e8 at the
+# top) and passes no gradient.
+K3_LOG_RATIO_CLAMP = 20.0
+
+
 def _kl_k3(logp_RxT: Array, ref_logp_RxT: Array) -> Array:
   # Schulman's k3: unbiased for KL(pi || ref) under samples from pi, and always >= 0.
-  log_r_RxT = ref_logp_RxT - logp_RxT
+  log_r_RxT = jnp.clip(ref_logp_RxT - logp_RxT, -K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP)
   return jnp.exp(log_r_RxT) - log_r_RxT - 1.0
 
 
@@ -267,12 +280,16 @@ def _sequence_log_ratio(logp_RxT: Array, old_logp_RxT: Array, mask_RxT: Array,
   # d logp_t as its gradient (sg(log s_i) + logp_t - sg(logp_t)). With one advantage per
   # row (ours) and 'seq_mean_token_mean' aggregation this is plain GSPO, value and gradient:
   # d/dθ s_i = s_i * mean_t d logp_t. Clipping then acts on s_i: a whole sequence is in or out.
+  # The parentheses matter: (logp - sg(logp)) is exactly 0.0 in the forward pass, so every
+  # token of row i carries log s_i bit for bit. Left to right, (log s_i + logp_t) - logp_t
+  # rounds at logp_t's scale (ulp ~2e-6 at |logp| = 30 in float32), and tokens of a sequence
+  # near a clip bound would land on different sides of it.
   on_RxT = mask_RxT > 0
   diff_RxT = jnp.where(on_RxT, logp_RxT - old_logp_RxT, 0.0)
   count_R = jnp.maximum(jnp.sum(mask_RxT, axis=-1), 1.0)
   log_s_R = jnp.clip(jnp.sum(diff_RxT, axis=-1) / count_R, -clamp, clamp)
   sg = jax.lax.stop_gradient
-  return sg(log_s_R)[:, None] + logp_RxT - sg(logp_RxT)
+  return sg(log_s_R)[:, None] + (logp_RxT - sg(logp_RxT))
 
 
 # name -> fn(logp_RxT, old_logp_RxT, mask_RxT, logratio_clamp) -> log-ratio_RxT whose exp is
@@ -322,6 +339,36 @@ POLICY_LOSSES: dict[str, PolicyLoss] = {
 }
 
 
+# (policy_loss, importance_level) -> (clip_eps_low, clip_eps_high) used when the config leaves
+# a bound unset (None). One table, so choosing GSPO or CISPO brings its paper's bounds:
+DEFAULT_CLIP_BOUNDS: dict[tuple[str, str], tuple[float, float]] = {
+    # PPO ratio clip with DAPO's clip-higher (arXiv 2503.14476).
+    ('ppo', 'token'): (0.2, 0.28),
+    # GSPO (arXiv 2507.18071): the sequence ratio moves ~1e-3 per update; the paper clips it
+    # at 3e-4 / 4e-4.
+    ('ppo', 'sequence'): (3e-4, 4e-4),
+    # CISPO (MiniMax-M1, arXiv 2506.13585): no lower bound on the IS weight (eps_low = 1.0 ->
+    # bound 0); the paper tunes only the upper bound and publishes no value, so 0.28 (the
+    # project's presets, Trinity-RFT's default) caps the weight at 1.28.
+    ('cispo', 'token'): (1.0, 0.28),
+    # CISPO on GSPO's sequence ratio: no lower bound, GSPO's sequence-sized upper bound.
+    ('cispo', 'sequence'): (1.0, 4e-4),
+}
+
+
+def resolve_clip_bounds(policy_loss: str, importance_level: str,
+                        clip_eps_low: float | None = None,
+                        clip_eps_high: float | None = None) -> tuple[float, float]:
+  """(clip_eps_low, clip_eps_high): each bound as set, or DEFAULT_CLIP_BOUNDS' when None."""
+  key = (policy_loss, importance_level)
+  if key not in DEFAULT_CLIP_BOUNDS:
+    raise ValueError(f'policy_loss={policy_loss!r} with importance_level={importance_level!r} '
+                     f'has no default clip bounds; use one of {sorted(DEFAULT_CLIP_BOUNDS)}.')
+  default_low, default_high = DEFAULT_CLIP_BOUNDS[key]
+  return (float(default_low if clip_eps_low is None else clip_eps_low),
+          float(default_high if clip_eps_high is None else clip_eps_high))
+
+
 class LossAggregation(NamedTuple):
   """How per-token losses become (sum, denominator); every sum is a sum over rows."""
 
@@ -357,6 +404,11 @@ def _check_loss_agg(loss_agg: str, max_new_tokens: int) -> LossAggregation:
 
 def _token_mask(completion_mask_RxT: Array, valid_R: Array) -> Array:
   return jnp.asarray(completion_mask_RxT, jnp.float32) * jnp.asarray(valid_R, jnp.float32)[:, None]
+
+
+def _masked_finite(on_RxT: Array, x_RxT: Array) -> Array:
+  """float32 x where a token counts, 0.0 elsewhere (whatever the filler: NaN, inf)."""
+  return jnp.where(on_RxT, jnp.asarray(x_RxT, jnp.float32), 0.0)
 
 
 def loss_denominator(
@@ -433,12 +485,23 @@ def policy_loss(
     raise ValueError(f'kl_coef={kl_coef!r} needs ref_logp_RxT; pass it or set kl_coef=0.0.')
   use_kl = ref_logp_RxT is not None and not kl_is_zero
 
-  logp_RxT = jnp.asarray(logp_RxT, jnp.float32)
-  old_logp_RxT = jnp.asarray(old_logp_RxT, jnp.float32)
   valid_f_R = jnp.asarray(valid_R, jnp.float32)
   mask_RxT = _token_mask(completion_mask_RxT, valid_R)
+  on_RxT = mask_RxT > 0
+  # Masked positions may hold any filler (inf log-probs of padding, NaN advantages of padding
+  # rows). They are replaced by 0 with where() on the INPUTS, before any arithmetic: masking
+  # only the output (where(mask, loss, 0)) gives the right value but a NaN gradient, because
+  # the backward pass multiplies the zero cotangent by the filler's NaN/inf derivative.
+  finite = functools.partial(_masked_finite, on_RxT)
+  logp_RxT = finite(logp_RxT)
+  old_logp_RxT = finite(old_logp_RxT)
   adv_Rx1 = jnp.asarray(advantages_R, jnp.float32)
-  adv_Rx1 = adv_Rx1 if adv_Rx1.ndim == 2 else adv_Rx1[:, None]  # [R, T] when packed
+  if adv_Rx1.ndim == 2:  # [R, T] when packed
+    adv_Rx1 = finite(adv_Rx1)
+  else:
+    adv_Rx1 = jnp.where(valid_f_R > 0, adv_Rx1, 0.0)[:, None]
+  if token_weight_RxT is not None:
+    token_weight_RxT = finite(token_weight_RxT)
 
   log_ratio_RxT = logp_RxT - old_logp_RxT
   ratio_RxT = jnp.exp(IMPORTANCE_RATIOS[importance_level](logp_RxT, old_logp_RxT, mask_RxT,
@@ -447,7 +510,7 @@ def policy_loss(
   pg_RxT = terms.loss_RxT
   token_loss_RxT = pg_RxT
   if use_kl:
-    kl_RxT = KL_FORMS[kl_form](logp_RxT, jnp.asarray(ref_logp_RxT, jnp.float32))
+    kl_RxT = KL_FORMS[kl_form](logp_RxT, finite(ref_logp_RxT))
     token_loss_RxT = token_loss_RxT + kl_coef * kl_RxT
 
   # where(), not multiply: a padding token holding inf/NaN garbage must not leak into sums.
@@ -459,7 +522,6 @@ def policy_loss(
   loss_denom = agg.denominator(mask_RxT, valid_f_R)
 
   sg = jax.lax.stop_gradient
-  on_RxT = mask_RxT > 0
 
   def masked_sum(x_RxT):
     return jnp.sum(jnp.where(on_RxT, sg(x_RxT), 0.0))
@@ -479,7 +541,7 @@ def policy_loss(
   if use_kl:
     metrics['kl_sum'] = masked_sum(kl_RxT)
   if entropy_RxT is not None:
-    metrics['entropy_sum'] = masked_sum(jnp.asarray(entropy_RxT, jnp.float32))
+    metrics['entropy_sum'] = masked_sum(finite(entropy_RxT))
   return loss_sum, loss_denom, metrics
 
 
