@@ -106,6 +106,39 @@ CASES = [
     ('\\boxed{5\x00}', '5', 1),
     (r'\boxed{9^{9^{9}}}', '1', 0),
     (r'\boxed{(10^{10})!}', '1', 0),
+    # not one value: math-verify alone reads each as its last side and accepts it (issue 44)
+    (r'\boxed{x = 41 = 42}', '42', 0),
+    (r'\boxed{41 = 42}', '42', 0),
+    (r'\boxed{6 \times 8 = 42}', '42', 0),
+    (r'\boxed{41 \to 42}', '42', 0),
+    (r'\boxed{41 \implies 42}', '42', 0),
+    (r'\boxed{41 \Rightarrow 42}', '42', 0),
+    (r'\boxed{41 => 42}', '42', 0),
+    (r'\boxed{41 -> 42}', '42', 0),
+    ('\\boxed{4\x002}', '42', 0),
+    ('The answer is 4\x002', '42', 0),
+    ('#### 4\x1f2', '42', 0),
+    (r'\boxed{x = 42}', '42', 1),
+    (r'\boxed{x=1, y=2}', 'x=1, y=2', 1),
+    (r'\boxed{1 < x \le 3}', r'1 < x \le 3', 1),
+    # combinatorial functions: small arguments are answers, large ones are screened
+    (r'\boxed{\binom{10}{3}}', '120', 1),
+    (r'\boxed{{5 \choose 2}}', '10', 1),
+    (r'\boxed{\Gamma(5)}', '24', 1),
+    (r'\boxed{5!}', '120', 1),
+    (r'\boxed{\binom{999999}{499999}}', '42', 0),
+    (r'\boxed{\Gamma(10^{8})}', '42', 0),
+    # numeric tolerance: exact against rational golds, 6 decimal places against others
+    (r'\boxed{0.333333}', r'\frac{1}{3}', 0),
+    (r'\boxed{0.3333333333333333}', '1/3', 0),
+    (r'\boxed{\frac{2}{6}}', r'\frac{1}{3}', 1),
+    (r'\boxed{\frac{0.333333}{1}}', r'\frac{1}{3}', 0),  # math-verify, float_rounding=15
+    (r'\boxed{\frac{1}{3.0}}', r'\frac{1}{3}', 1),
+    (r'\boxed{0.33}', '0.33', 1),
+    (r'\boxed{\frac{1}{3}}', '0.333333', 0),
+    (r'\boxed{1.414214}', r'\sqrt{2}', 1),  # math-verify's default: 6 decimal places
+    (r'\boxed{1.4142}', r'\sqrt{2}', 0),
+    (r'\boxed{3.141593}', r'\pi', 1),
 ]
 
 ADVERSARIAL = [
@@ -186,6 +219,16 @@ def test_extract_answer_without_fallback():
     r'\sum_{i=1}^{n} i', '(' * 20 + ')' * 20, 'x' * 300, '1}', '',
     '(' * 12 + '1' + ')' * 12, '(' * 6 + '1' + ')' * 6, '(x+1)^{999}', 'x^{100}', 'x**31',
     '(x+1)^{30}(x+2)^{31}', '1+' * 80 + '1',
+    # issue 44: combinatorial and special-function blow-ups, huge integers
+    r'\binom{999999}{499999}', r'\binom{200000}{100000}', r'\dbinom{1000}{2}', r'\binom{n!}{2}',
+    r'\Gamma(10^{8})', r'\Gamma(100000)', r'\gamma(1000)', r'\Gamma\left(1000\right)',
+    r'\Gamma(\Gamma(10))', '1000!', '(999)!', r'{1000 \choose 500}', r'{n! \choose 2}',
+    '10^{10^{10}}', '10^(10^10)', r'2^{9999 \cdot 9999}', r'\sqrt{9999^{9999}}', '9^{9999}',
+    '(999!)^{2}', r'999! \cdot 999!', r'\binom{999+999}{2}',
+    # issue 44: not one value
+    'x = 41 = 42', '41 = 42', r'6 \times 8 = 42', r'x = 41 \le 42', r'41 \to 42',
+    r'41 \implies 42', r'41 \Rightarrow 42', r'41 \rightarrow 42', r'x \iff y', '41 => 42',
+    '41 -> 42', '41 \u2192 42', '4 2', '1 000',
 ])
 def test_screen_refuses(answer):
   assert screen_answer(answer) is not None
@@ -195,6 +238,10 @@ def test_screen_refuses(answer):
     '42', r'\frac{1}{2}', 'x^2+1', '2^{10}', '5!', r'\sqrt{2}', r'\{1,2\}', r'50\%', 'x != 3',
     '(' * 5 + '1' + ')' * 5, '2^{2023}', '(x+1)^{30}', r'\sqrt{\frac{\sqrt{2}}{2}}',
     '1+' * 79 + '1',
+    r'\binom{10}{3}', r'\dbinom{999}{499}', r'\binom{n}{k}', r'\binom{n+1}{2}', r'\Gamma(5)',
+    r'\Gamma(x)', r'2\gamma + 1', '999!', r'{10 \choose 3}', '9999^{749}', '(999!)^{1}',
+    'x = 5', r'f(2) = 7', r'\theta = 30', 'x=1, y=2', r'1 < x \le 3', 'x <= -1', r'x \neq 3',
+    'x<-1', r'\{1, 2\}',
 ])
 def test_screen_admits(answer):
   assert screen_answer(answer) is None
@@ -277,6 +324,8 @@ HARD_PAIRS = [
     (r'\boxed{' + 'x+' * 79 + 'x}', '81x', 0),
     (r'\boxed{2^{2023}}', '2^{2023}', 1),
     (r'\boxed{\sqrt{\frac{\sqrt{2}}{2}}}', r'\sqrt{\frac{1}{\sqrt{2}}}', 1),
+    (r'\boxed{\binom{999999}{499999}}', '42', 0),  # screened: special function
+    (r'\boxed{\sqrt{9999^{9999}}}', r'9999^{4999}\sqrt{9999}', 0),  # screened: huge integer
 ]
 
 
@@ -289,10 +338,65 @@ def test_verdicts_do_not_depend_on_machine_load():
     runs = []
     for _ in range(2):
       with MathVerifier(num_workers=1) as v:
-        runs.append(v.score([c for c, _, _ in HARD_PAIRS], [g for _, g, _ in HARD_PAIRS]).tolist())
-        assert v.stats['timeouts'] == 0 and v.stats['screened'] == 2
+        pairs = HARD_PAIRS + WORST_ADMITTED
+        runs.append(v.score([c for c, _, _ in pairs], [g for _, g, _ in pairs]).tolist())
+        assert v.stats['timeouts'] == 0 and v.stats['screened'] == 4
   finally:
     for proc in busy:
       proc.kill()
       proc.wait()
-  assert runs[0] == runs[1] == [float(r) for _, _, r in HARD_PAIRS]
+  assert runs[0] == runs[1] == [float(r) for _, _, r in HARD_PAIRS + WORST_ADMITTED]
+
+
+# The costliest answers of the kinds issue 44 added to the screen that it still admits, each
+# against an equivalent gold (verdict 1, so a soft timeout, which scores 0 silently, shows).
+WORST_ADMITTED = [
+    (r'\boxed{9999^{374}\sqrt{9999}}', r'\sqrt{9999^{749}}', 1),  # ~3000 digits under a root
+    (r'\boxed{\binom{999}{500}}', r'\binom{999}{499}', 1),
+    (r'\boxed{\binom{999}{500}}', r'{999 \choose 499}', 1),
+    (r'\boxed{998!}', r'\Gamma(999)', 1),
+    (r'\boxed{999 \cdot 998!}', '999!', 1),
+    (r'\boxed{\sqrt{998}\sqrt{997!}}', r'\sqrt{998!}', 1),
+    (r'\boxed{1.5^{2999}}', r'\frac{3^{2999}}{2^{2999}}', 1),
+]
+
+
+def test_one_groups_items_are_spread_over_the_workers():
+  """One group's 16 completions share a reference. Routed by a hash of it they all queued on
+  one worker (80 s for one score() in issue 44); dealt round robin, every worker gets some."""
+  completions = [rf'\boxed{{x+{k}}}' for k in range(16)]
+  with MathVerifier(num_workers=4) as v:
+    rewards_N = v.score(completions, ['3+x'] * 16)
+    started = sum(worker is not None for worker in v._workers)
+  np.testing.assert_array_equal(rewards_N, [float(k == 3) for k in range(16)])
+  assert v.stats['pool'] == 16 and started == 4
+
+
+def test_verdicts_agree_across_worker_counts_with_shortened_timeouts():
+  """Everything the screen admits parses and verifies far inside the time bounds: with the
+  soft timeouts cut from 5 s to 2 s and the watchdog from 20 s to 4 s, no watchdog fires, the
+  worst admitted pairs still verify (a soft timeout would score them 0), and 1 worker and 3
+  workers give the same verdicts, equal to the hand-worked ones."""
+  table = CASES + HARD_PAIRS + WORST_ADMITTED
+  completions, references, expected = (list(x) for x in zip(*table))
+  runs = []
+  for num_workers in (1, 3):
+    with MathVerifier(num_workers=num_workers, parse_timeout_s=2, verify_timeout_s=2,
+                      item_timeout_s=4.0) as v:
+      runs.append(v.score(completions, references).tolist())
+      assert v.stats['timeouts'] == 0 and v.stats['restarts'] == 0
+  wrong = [(c, r, e, g) for c, r, e, g in zip(completions, references, expected, runs[0])
+           if g != e]
+  assert not wrong
+  assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize('completion', [
+    r'\boxed{\binom{999999}{499999}}', r'\boxed{\Gamma(10^{8})}', r'\boxed{\binom{200000}{100000}}',
+    r'\boxed{10^{10^{10}}}', r'\boxed{\sqrt{9999^{9999}}}', r'\boxed{1000000!}',
+    r'\boxed{{999999 \choose 499999}}'])
+def test_issue_44_blowups_never_reach_a_worker(verifier, completion):
+  before = dict(verifier.stats)
+  assert verifier.score([completion], ['42']).tolist() == [0.0]
+  assert verifier.stats['screened'] == before['screened'] + 1
+  assert verifier.stats['pool'] == before['pool']

@@ -8,9 +8,10 @@ Pipeline per (completion, reference) pair:
    its main thread) and a hard per-item watchdog here: a worker silent for `item_timeout_s`
    is killed and restarted; the item it was on scores 0, the rest of its items are resent.
    The bounds are a safety net far above what a screened answer needs, so verdicts do not
-   depend on machine load. Items are routed to workers by a hash of the reference, so each
-   worker parses a given reference once and caches it. Identical (reference, answer) pairs
-   are checked once.
+   depend on machine load. The items of one `score` call are dealt round robin over the
+   workers (one group's completions share a reference and must not queue on one worker);
+   each worker caches the references it has parsed. Identical (reference, answer) pairs are
+   checked once; an answer whose normalized text equals the reference's scores 1 unchecked.
 
 Equivalences come from math-verify: `50%` equals both 50 and 0.5, `1,000` equals 1000,
 `x = 5` equals 5, `\\frac{1}{2}` equals 0.5 and 1/2, symbolic forms are compared with sympy.
@@ -24,7 +25,6 @@ import select
 import sys
 import threading
 import time
-import zlib
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -109,6 +109,10 @@ class MathVerifier:
         self.stats['no_answer'] += 1
         continue
       answer = normalize_answer(answer)
+      if answer == gold:  # Identical text is correct whatever it holds (even a screened form).
+        self.stats['fast'] += 1
+        rewards_N[i] = 1.0
+        continue
       if self.screen and screen_answer(answer, self.max_answer_chars) is not None:
         self.stats['screened'] += 1
         continue
@@ -164,9 +168,10 @@ class MathVerifier:
 
     verdicts = [False] * len(pairs)
     queues: list[deque] = [deque() for _ in range(self.num_workers)]
+    # Round robin, not by reference: one group's completions share a reference, and routing by
+    # it queued all of them on one worker. A verdict does not depend on the worker.
     for index, (gold, answer) in enumerate(pairs):
-      queues[zlib.crc32(gold.encode('utf-8', 'replace')) % self.num_workers].append(
-          (index, gold, answer))
+      queues[index % self.num_workers].append((index, gold, answer))
     last_progress = [time.monotonic()] * self.num_workers
     for w, queue in enumerate(queues):
       if queue:

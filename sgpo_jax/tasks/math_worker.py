@@ -22,10 +22,26 @@ import sys
 import time
 from collections.abc import Sequence
 
+from sgpo_jax.tasks.math_answer import fast_verdict, plain_value
+
+
+# Decimal places to which math-verify rounds a float before comparing it (its `float_rounding`).
+# Against a rational gold (a plain integer, decimal or fraction) a float answer must agree to
+# 15 places, the precision of math-verify's float arithmetic: 0.333333 is not 1/3. Plain-number
+# answers are compared exactly (`math_answer.fast_verdict`), here too.
+# Against any other gold (pi, \sqrt{2}) math-verify's default applies: 6 places, so 1.414214
+# equals \sqrt{2}.
+RATIONAL_GOLD_FLOAT_ROUNDING = 15
+DEFAULT_FLOAT_ROUNDING = 6
+
 
 def check_pair(gold: str, answer: str, gold_cache: dict, parse_timeout: int | None,
                 verify_timeout: int | None) -> bool:
   import math_verify
+
+  exact = fast_verdict(gold, answer)  # two plain numbers: exact, whichever path sent them
+  if exact is not None:
+    return exact
 
   def parse(text: str) -> list:
     return math_verify.parse('\\boxed{' + text + '}', parsing_timeout=parse_timeout or None)
@@ -40,7 +56,9 @@ def check_pair(gold: str, answer: str, gold_cache: dict, parse_timeout: int | No
   parsed_answer = parse(answer)
   if not parsed_answer:
     return answer == gold
-  return bool(math_verify.verify(parsed_gold, parsed_answer,
+  float_rounding = (RATIONAL_GOLD_FLOAT_ROUNDING if plain_value(gold) is not None
+                    else DEFAULT_FLOAT_ROUNDING)
+  return bool(math_verify.verify(parsed_gold, parsed_answer, float_rounding=float_rounding,
                                  timeout_seconds=verify_timeout or None))
 
 
