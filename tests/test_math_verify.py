@@ -228,7 +228,8 @@ def test_extract_answer_without_fallback():
     # issue 44: not one value
     'x = 41 = 42', '41 = 42', r'6 \times 8 = 42', r'x = 41 \le 42', r'41 \to 42',
     r'41 \implies 42', r'41 \Rightarrow 42', r'41 \rightarrow 42', r'x \iff y', '41 => 42',
-    '41 -> 42', '41 \u2192 42', '4 2', '1 000',
+    '41 -> 42', '41 \u2192 42', '4 2', '1 000', r'1 = 2 \text{ or } x = 5',
+    r'\Gamma(99 \cdot 99 \cdot 99)', r'\Gamma({99}{99})', r'\Gamma(\frac{1999}{2})',
 ])
 def test_screen_refuses(answer):
   assert screen_answer(answer) is not None
@@ -241,7 +242,8 @@ def test_screen_refuses(answer):
     r'\binom{10}{3}', r'\dbinom{999}{499}', r'\binom{n}{k}', r'\binom{n+1}{2}', r'\Gamma(5)',
     r'\Gamma(x)', r'2\gamma + 1', '999!', r'{10 \choose 3}', '9999^{749}', '(999!)^{1}',
     'x = 5', r'f(2) = 7', r'\theta = 30', 'x=1, y=2', r'1 < x \le 3', 'x <= -1', r'x \neq 3',
-    'x<-1', r'\{1, 2\}',
+    'x<-1', r'\{1, 2\}', r'x=5 \text{ or } x=-5', r'\log_2 5', r'\frac{1}{2} = 0.5',
+    r'\Gamma(\frac{1}{2})',
 ])
 def test_screen_admits(answer):
   assert screen_answer(answer) is None

@@ -99,11 +99,17 @@ _LITERAL_RE = re.compile(r'\d+(?:\.\d*)?')
 # Arguments of binomials / Gamma: names, literals, + and -; nothing that multiplies.
 _SMALL_ARGUMENT_RE = re.compile(r'[\s\w.+\-\\]*')
 _SPECIAL_RE = re.compile(r'\\(?:[dt]?binom|choose|Gamma|gamma|left|right)(?![a-zA-Z])')
+_PRODUCT_RE = re.compile(r'\\(?:cdot|times|ast|div|frac|dfrac|tfrac)(?![a-zA-Z])')
 _TOKEN_RE = re.compile(r'\d+(?:\.\d+)?|\\[a-zA-Z]+|\w')
 _BINOM_RE = re.compile(r'\\[dt]?binom(?![a-zA-Z])')
 _CHOOSE_RE = re.compile(r'\\choose(?![a-zA-Z])')
 _GAMMA_RE = re.compile(r'\\(?:Gamma|gamma)(?![a-zA-Z])')
-_SPLIT_NUMBER_RE = re.compile(r'\d\s+\d')  # 4 2 (was 4<NUL>2): not one number
+# 4 2 (was 4<NUL>2): not one number. A sub/superscript digit may precede one (\log_2 5).
+_SPLIT_NUMBER_RE = re.compile(r'(?<![\d_^])\d+\s+\d')
+# Between alternatives (x = 5 \text{ or } x = -5), like a top-level comma.
+_ALTERNATIVES_RE = re.compile(
+    r'\\text\{\s*(?:or|and)\s*\}|\\(?:q?quad|lor|vee)(?![a-zA-Z])|\b(?:or|and)\b')
+_SIMPLE_FRAC_RE = re.compile(r'\\[dt]?frac\s*\{([\w\s.]*)\}\s*\{[\w\s.]*\}')
 _ARROW_RE = re.compile(
     r'\\(?:to|implies|impliedby|iff|[Rr]ightarrow|[Ll]ongrightarrow|[Ll]eftrightarrow|'
     r'[Ll]ongleftrightarrow|[Ll]eftarrow|[Ll]ongleftarrow|mapsto|longmapsto|gets|therefore|'
@@ -278,7 +284,11 @@ def _integer_digits(answer: str) -> float:
 
 def _small_argument(text: str | None) -> bool:
   """True when `text` is a sum of names and literals whose total stays below the bound."""
-  if text is None or not _SMALL_ARGUMENT_RE.fullmatch(text) or _SPECIAL_RE.search(text):
+  if text is None:
+    return False
+  text = _SIMPLE_FRAC_RE.sub(r' \1 ', text)  # \frac{1}{2}: no larger than its numerator
+  if (not _SMALL_ARGUMENT_RE.fullmatch(text) or _SPECIAL_RE.search(text)
+      or _PRODUCT_RE.search(text)):
     return False
   return sum(float(x) for x in _LITERAL_RE.findall(text)) < MAX_COMBINATORIAL_ARG
 
@@ -332,7 +342,9 @@ def _screen_special_functions(answer: str) -> str | None:
 
 
 def _top_level_parts(answer: str) -> list[str]:
-  """`answer` split at commas and semicolons outside brackets (x = 1, y = 2 is two parts)."""
+  """`answer` split at commas, semicolons and `or` / `and` / `\\quad` outside brackets
+  (x = 1, y = 2 is two parts)."""
+  answer = _ALTERNATIVES_RE.sub(',', answer)
   parts, depth, start = [], 0, 0
   for pos, char in enumerate(answer):
     if char in '{([':
@@ -361,9 +373,13 @@ def _screen_relations(answer: str) -> str | None:
       continue
     if equalities + len(_INEQUALITY_RE.findall(part)) > 1:
       return 'chained_relation'
-    lhs = _EQUALITY_RE.split(part, maxsplit=1)[0]
+    lhs, rhs = _EQUALITY_RE.split(part, maxsplit=1)
     if not _NAME_RE.search(_NUMERIC_COMMAND_RE.sub(' ', lhs)):
-      return 'numeric_equation'  # 41 = 42, 6 \\times 8 = 42: a value left of `=`
+      # 41 = 42, 6 \\times 8 = 42: a value left of `=`; only a true one between two plain
+      # numbers (\\frac{1}{2} = 0.5) is decidable here and stays.
+      lhs_value = plain_value(lhs)
+      if lhs_value is None or lhs_value != plain_value(rhs):
+        return 'numeric_equation'
   return None
 
 
