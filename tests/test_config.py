@@ -113,7 +113,7 @@ def test_cli_rejects_unknown_override_before_compute(tmp_path):
      r"train.importance_level='seq' is not one of \('sequence', 'token'\)"),
     ({'clip_eps_low': 1.5}, r'train.clip_eps_low=1.5 must be in \[0, 1\].*CISPO'),
     ({'importance_level': 'sequence', 'clip_eps_high': 0.28},
-     r'importance_level=sequence with train.clip_eps_high=0.28.*clip_eps_high=4e-4'),
+     r'importance_level=sequence with train.clip_eps_high=0.28.*unset.*3e-4 / 4e-4'),
     ({'policy_loss': 'cispo', 'clip_eps_low': 1.5}, r'train.clip_eps_low=1.5 must be in'),
 ])
 def test_loss_fields_are_checked(fields, match):

@@ -292,8 +292,8 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
   _require(t.importance_level != 'sequence' or clip_eps_high <= 0.05,
            f'train.importance_level=sequence with train.clip_eps_high={clip_eps_high}: the '
            'sequence ratio s_i = exp(mean log ratio) moves ~1e-3 per update, so token-sized '
-           'bounds never clip. Use GSPO-sized bounds (the paper: clip_eps_low=3e-4, '
-           'clip_eps_high=4e-4), or importance_level=token.')
+           'bounds never clip. Use GSPO-sized bounds (leave clip_eps_low/high unset for the '
+           "paper's 3e-4 / 4e-4), or importance_level=token.")
   _check_eval_fractions(tuple(config.eval.at_budget_fractions), t.flops_budget)
   _require(0 < s.top_p <= 1, f'sampling.top_p={s.top_p} must be in (0, 1].')
   _require(s.temperature >= 0, f'sampling.temperature={s.temperature} must be >= 0 (0 = greedy).')
