@@ -378,39 +378,31 @@ def _screen_relations(answer: str) -> str | None:
       return 'chained_relation'
     lhs, rhs = _EQUALITY_RE.split(part, maxsplit=1)
     if not _NAME_RE.search(_NUMERIC_COMMAND_RE.sub(' ', lhs)):
-      # 41 = 42, 6 \\times 8 = 42: a value left of `=`; only a true one between two plain
-      # numbers (\\frac{1}{2} = 0.5) is decidable here and stays.
+      # 41 = 42, 6 \times 8 = 42: a value left of `=`; only a true one between two plain
+      # numbers (\frac{1}{2} = 0.5) is decidable here and stays.
       lhs_value = plain_value(lhs)
       if lhs_value is None or lhs_value != plain_value(rhs):
         return 'numeric_equation'
   return None
 
 
-def _plain_number(answer: str) -> tuple[Fraction, bool] | None:
-  """(value, is_integer_form) for plain numeric answers, else None."""
+def plain_value(answer: str) -> Fraction | None:
+  """The exact value of a plain number (integer, decimal, `a/b`, `\\frac{a}{b}`), else None."""
   # Spaces only at the ends: `4 2` is not the number 42 (a space inside stays for the screen).
   text = answer.strip()
   if _DECIMAL_RE.fullmatch(text):
-    return Fraction(text.replace(',', '')), '.' not in text
+    return Fraction(text.replace(',', ''))
   match = _SLASH_FRAC_RE.fullmatch(text) or _TEX_FRAC_RE.fullmatch(text)
   if match:
     if match.re is _TEX_FRAC_RE:
       numerator, denominator = int(match.group(1) + match.group(2)), int(match.group(3))
     else:
       numerator, denominator = int(match.group(1)), int(match.group(2))
-    if denominator == 0:
-      return None
-    return Fraction(numerator, denominator), False
+    return Fraction(numerator, denominator) if denominator else None
   match = _SCI_RE.fullmatch(text)
   if match:
-    return Fraction(match.group(1)) * Fraction(10) ** int(match.group(2)), False
+    return Fraction(match.group(1)) * Fraction(10) ** int(match.group(2))
   return None
-
-
-def plain_value(answer: str) -> Fraction | None:
-  """The exact value of a plain number (integer, decimal, `a/b`, `\\frac{a}{b}`), else None."""
-  parsed = _plain_number(answer)
-  return None if parsed is None else parsed[0]
 
 
 def fast_verdict(gold: str, answer: str) -> bool | None:
