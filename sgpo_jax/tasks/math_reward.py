@@ -109,7 +109,8 @@ class MathVerifier:
         self.stats['no_answer'] += 1
         continue
       answer = normalize_answer(answer)
-      if answer == gold:  # Identical text is correct whatever it holds (even a screened form).
+      if answer and answer == gold:  # Identical text is correct whatever it holds (even a
+        # form the screen refuses, e.g. a reference `x \to \infty`).
         self.stats['fast'] += 1
         rewards_N[i] = 1.0
         continue
