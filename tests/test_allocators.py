@@ -4,6 +4,7 @@ import dataclasses
 import importlib.util
 import json
 import pathlib
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -388,10 +389,22 @@ def test_dapo_fill_batch_runs_rounds_and_charges_discarded_rows():
 # -- registry, settings, state ------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class OnceSettings(allocators.AllocatorSettings):
+  section: ClassVar[str] = 'every_query_once_test'
+  group_size: int = 2
+
+
 def test_registry_takes_a_new_allocator_with_one_decorator():
+  with pytest.raises(ValueError, match="needs its own `Settings` class with section = 'nameless'"):
+    @allocators.register_allocator('nameless')
+    class Nameless(allocators.PlanAllocator):  # noqa: F841 (GRPO's Settings is not its own)
+      pass
+
   @allocators.register_allocator('every_query_once_test')
   class OnceAllocator(allocators.PlanAllocator):
     """All queries at G=2 in one batch, then exhausted (a toy plug-in)."""
+    Settings = OnceSettings
 
     def __init__(self, num_queries, seed):
       self.num_queries, self.seed, self.rows_per_batch = num_queries, seed, 2 * num_queries
@@ -408,9 +421,10 @@ def test_registry_takes_a_new_allocator_with_one_decorator():
       return allocators.BatchPlan(np.arange(self.num_queries), np.full(self.num_queries, 2),
                                   'once')
 
-  config = default_config()
-  config.method = 'every_query_once_test'
   try:
+    config = default_config()
+    assert config.every_query_once_test.group_size == 2  # its section, from its Settings
+    config.method = 'every_query_once_test'
     alloc = allocators.make_allocator(config, num_queries=3)
     fake = FakeRollouts([np.ones(6)])
     assert alloc.fill_batch(fake).layout.num_valid_rows == 6

@@ -59,15 +59,19 @@ def test_adapt_moves_toward_the_target_and_stays_in_range():
 
 
 def test_settings_defaults_are_the_papers_and_bad_values_are_named():
-  s = greso.GRESOSettings(**config_check.section_values('greso',
-                                                        default_config.get_config().greso))
+  s = greso.GRESOSettings.from_config(default_config.get_config().greso)
+  assert s == greso.GRESOSettings()  # the config section is built from the field defaults
   assert (s.p_easy_init, s.p_hard_init, s.delta, s.p_min, s.p_max, s.p_floor) == \
       (0.5, 0.5, 0.01, 0.05, 0.95, 0.01)
   assert s.target_easy == pytest.approx(0.25 / 3) and s.target_hard == pytest.approx(0.5 / 3)
   with pytest.raises(ValueError, match='greso.p_easy_init=0.99'):
     greso.GRESOSettings(p_easy_init=0.99)
-  with pytest.raises(ValueError, match='p_eassy_init'):
-    config_check.section_values('greso', {'p_eassy_init': 0.5})
+  with pytest.raises(ValueError, match=r"unknown greso settings \['p_eassy_init'\]"):
+    greso.GRESOSettings.from_config({'p_eassy_init': 0.5})
+  c = default_config.get_config('method=greso')
+  c.greso.p_floor = 1.0
+  with pytest.raises(ValueError, match=r'greso.p_floor=1.0 must be in \[0, 1\)'):
+    config_check.check_config(c)
 
 
 def _feed(alloc, plan, rewards_by_query, rows=16):

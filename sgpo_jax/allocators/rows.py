@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
 
 
-def check_group_sizes(group_sizes: Sequence[int]) -> tuple[int, ...]:
-  sizes = tuple(sorted({int(g) for g in group_sizes}))
-  if not sizes or sizes[0] < 1:
-    raise ValueError(f'group_sizes={tuple(group_sizes)} must be a non-empty set of positive '
-                     'integers, e.g. (2, 4, 8)')
-  return sizes
-
-
+def check_group_sizes(group_sizes: Sequence[int], name: str = 'group_sizes',
+                      minimum: int = 1) -> tuple[int, ...]:
+  """The sorted distinct sizes of a non-empty collection of integers >= minimum; else a
+  ValueError naming `name` (e.g. 'sgpo.group_sizes')."""
+  sizes = tuple(group_sizes)
+  if not sizes or not all(isinstance(g, numbers.Integral) and not isinstance(g, bool)
+                          and g >= minimum for g in sizes):
+    why = (' (a group of 1 never has both a success and a failure)' if minimum == 2 else '')
+    raise ValueError(f'{name}={sizes} must be a non-empty set of integers >= {minimum}{why}, '
+                     'e.g. (2, 4, 8)')
+  return tuple(sorted({int(g) for g in sizes}))
 
 
 @dataclasses.dataclass(frozen=True)

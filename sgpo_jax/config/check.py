@@ -7,17 +7,12 @@ expected). Cross-field checks name the field and the fix.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-from collections.abc import Mapping
 from typing import Any
 
 import ml_collections
 
-from sgpo_jax.allocators.sgpo_bayes import posterior as bayes
+from sgpo_jax import allocators
 from sgpo_jax.config import defaults as default_lib
-
-ROUNDINGS = ('down', 'up', 'nearest')
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -25,168 +20,16 @@ def default_config() -> ml_collections.ConfigDict:
   return default_lib.get_config()
 
 
-# ----------------------------------------------------------------------------------------
-# Allocator sections: range checks on plain mappings (a config section or a settings
-# dataclass as a dict), so the typed settings and check_config share them.
-
-
 def _require(ok: bool, message: str) -> None:
   if not ok:
     raise ValueError(message)
 
 
-def check_group_sizes(section: str, group_sizes: Any) -> None:
-  sizes = tuple(group_sizes)
-  _require(len(sizes) > 0 and all(isinstance(g, int) and not isinstance(g, bool) and g >= 1
-                                  for g in sizes),
-           f'{section}.group_sizes={sizes} must be a non-empty tuple of positive ints.')
-
-
-def check_sgpo(s: Mapping[str, Any]) -> None:
-  _require(0.0 <= s['trivial_threshold'] <= 1.0,
-           f"sgpo.trivial_threshold={s['trivial_threshold']} must be in [0, 1].")
-  _require(0.0 <= s['unsolved_keep_fraction'] <= 1.0,
-           f"sgpo.unsolved_keep_fraction={s['unsolved_keep_fraction']} must be in [0, 1].")
-  check_group_sizes('sgpo', s['group_sizes'])
-  _require(s['rounding'] in ROUNDINGS,
-           f"sgpo.rounding={s['rounding']!r} is not one of {ROUNDINGS}.")
-  _require(s['phase_epochs'] > 0, f"sgpo.phase_epochs={s['phase_epochs']} must be > 0.")
-  _require(s['phase_plateau_window'] >= 0,
-           f"sgpo.phase_plateau_window={s['phase_plateau_window']} must be >= 0 (0 = off).")
-  _require(0.0 <= s['trivial_replay_fraction'] < 1.0,
-           f"sgpo.trivial_replay_fraction={s['trivial_replay_fraction']} must be in [0, 1).")
-  _require(s['prior_strength'] >= 0,
-           f"sgpo.prior_strength={s['prior_strength']} must be >= 0.")
-  _require(s['prior_eps'] > 0, f"sgpo.prior_eps={s['prior_eps']} must be > 0.")
-
-
-def check_grpo(s: Mapping[str, Any]) -> None:
-  _require(s['group_size'] >= 1, f"grpo.group_size={s['group_size']} must be >= 1.")
-
-
-def check_dapo(s: Mapping[str, Any]) -> None:
-  _require(s['group_size'] >= 1, f"dapo.group_size={s['group_size']} must be >= 1.")
-  _require(s['max_rounds'] >= 1, f"dapo.max_rounds={s['max_rounds']} must be >= 1.")
-
-
-def check_greso(s: Mapping[str, Any]) -> None:
-  from sgpo_jax.allocators.greso import rule as greso
-  greso.GRESOSettings(**s)  # its __post_init__ names the bad field and the fix
-
-
-def check_knapsack(s: Mapping[str, Any]) -> None:
-  from sgpo_jax.allocators.knapsack import solver as knapsack
-  knapsack.KnapsackSettings(**s)
-
-
-def check_sgpo_bayes(s: Mapping[str, Any]) -> None:
-  _require(s['prior_alpha'] > 0 and s['prior_beta'] > 0,
-           f"sgpo_bayes.prior_alpha={s['prior_alpha']} and prior_beta={s['prior_beta']} must "
-           'be > 0.')
-  _require(len(s['group_sizes']) > 0 and min(s['group_sizes']) >= 2,
-           f"sgpo_bayes.group_sizes={tuple(s['group_sizes'])} must be sizes >= 2 (a group of "
-           '1 never has both a success and a failure).')
-  _require(1 <= s['profile_min_samples'] <= s['profile_max_samples'],
-           f"need 1 <= sgpo_bayes.profile_min_samples ({s['profile_min_samples']}) <= "
-           f"sgpo_bayes.profile_max_samples ({s['profile_max_samples']}).")
-  _require(0.0 <= s['settle_low'] <= s['settle_high'] <= 1.0,
-           f"need 0 <= sgpo_bayes.settle_low ({s['settle_low']}) <= sgpo_bayes.settle_high "
-           f"({s['settle_high']}) <= 1.")
-  _require(0.0 <= s['evidence_decay'] <= 1.0,
-           f"sgpo_bayes.evidence_decay={s['evidence_decay']} must be in [0, 1].")
-  _require(s['window'] >= 1, f"sgpo_bayes.window={s['window']} must be >= 1.")
-  _require(0.0 <= s['informative_floor'] <= 1.0,
-           f"sgpo_bayes.informative_floor={s['informative_floor']} must be in [0, 1].")
-  # An unseen prompt must start above the floor, or one all-equal group deprioritises almost
-  # every prompt and the candidates starve (group_sizes (2, 4, 8) with floor 0.25 ended runs
-  # with ~30 of 1024 prompts left and the accuracy falling).
-  min_g = min(s['group_sizes'])
-  prior_inf = float(bayes.informative_probability(s['prior_alpha'], s['prior_beta'], min_g))
-  _require(s['informative_floor'] < prior_inf,
-           f"sgpo_bayes.informative_floor={s['informative_floor']} must be below "
-           f"{prior_inf:.3f}, the informative probability of an unseen prompt (prior "
-           f"Beta({s['prior_alpha']}, {s['prior_beta']})) at the smallest group size {min_g}; "
-           'else one all-equal group deprioritises nearly every prompt. Lower it (e.g. '
-           f'{prior_inf * 0.8:.2f}) or drop the smallest group size.')
-  _require(0.0 <= s['revisit_floor'] <= s['revisit_base'] <= 1.0,
-           f"need 0 <= sgpo_bayes.revisit_floor ({s['revisit_floor']}) <= "
-           f"sgpo_bayes.revisit_base ({s['revisit_base']}) <= 1.")
-  _require(s['skip_side'] in ('both', 'easy'),
-           f"sgpo_bayes.skip_side={s['skip_side']!r} must be 'both' (deprioritise confidently "
-           "trivial and unsolved prompts) or 'easy' (trivial ones only).")
-  _require(s['pooled_prior'] in ('none', 'difficulty', 'pool'),
-           f"sgpo_bayes.pooled_prior={s['pooled_prior']!r} must be 'none' (every prompt starts "
-           "at the prior), 'difficulty' (an empirical-Bayes prior per difficulty level of the "
-           "queries) or 'pool' (one over the whole pool).")
-  _require(s['pooled_prior_strength'] >= 0,
-           f"sgpo_bayes.pooled_prior_strength={s['pooled_prior_strength']} must be >= 0 (the "
-           'base prior counts as this many seen prompts in a stratum).')
-  _require(s['pooled_max_concentration'] >= 0.5,
-           f"sgpo_bayes.pooled_max_concentration={s['pooled_max_concentration']} must be >= "
-           '0.5 (how many samples a stratum prior may be worth at most, e.g. 8).')
-  for flag in ('post_filter', 'profile', 'reshuffle', 'decay_by_passes', 'top_up_revisits',
-               'prioritise'):
-    _require(isinstance(s[flag], bool),
-             f'sgpo_bayes.{flag}={s[flag]!r} must be True or False.')
-  _require(0.0 <= s['epoch_cut'] < prior_inf,
-           f"sgpo_bayes.epoch_cut={s['epoch_cut']} must be in [0, {prior_inf:.3f}): 0 (off) "
-           'or below the informative probability of an unseen prompt, else an epoch of '
-           'unseen prompts ends before it starts. E.g. 0.3.')
-  _require(s['epoch_cut'] == 0.0 or s['prioritise'],
-           f"sgpo_bayes.epoch_cut={s['epoch_cut']} needs sgpo_bayes.prioritise=True (it "
-           'cuts the tail of an epoch served most promising first); set prioritise=True or '
-           'epoch_cut=0.')
-  _require(isinstance(s['max_rounds'], int) and not isinstance(s['max_rounds'], bool)
-           and s['max_rounds'] >= 1,
-           f"sgpo_bayes.max_rounds={s['max_rounds']!r} must be an integer >= 1 (training "
-           'rollout rounds per batch; 1 = no refill).')
-  _require(s['train_cost_per_row'] >= 0,
-           f"sgpo_bayes.train_cost_per_row={s['train_cost_per_row']} must be >= 0 (0: always "
-           'refill up to max_rounds).')
-
-
-# Every allocator's config section and its range checks; config.method must name one.
-SECTION_CHECKS = {'sgpo': check_sgpo, 'grpo': check_grpo, 'dapo': check_dapo,
-                  'greso': check_greso, 'knapsack': check_knapsack,
-                  'sgpo_bayes': check_sgpo_bayes}
-METHODS = tuple(SECTION_CHECKS)
-
-
-@functools.cache
-def _section_defaults_cached(name: str) -> tuple[tuple[str, Any], ...]:
-  return tuple(default_config()[name].to_dict().items())
-
-
-def _section_defaults(name: str) -> dict[str, Any]:
-  return dict(_section_defaults_cached(name))
-
-
-def section_values(name: str, section: Any = None) -> dict[str, Any]:
-  """config.<name> (a ConfigDict, a partial dict, or None) over the defaults, checked.
-
-  The defaults come from `default_config.py` only; a key that section does not have is
-  an error naming the known ones; tuples stay tuples.
-  """
-  defaults = _section_defaults(name)
-  if section is None:
-    given: dict[str, Any] = {}
-  elif isinstance(section, ml_collections.ConfigDict):
-    given = section.to_dict()
-  elif isinstance(section, Mapping):
-    given = dict(section)
-  else:
-    if not dataclasses.is_dataclass(section):
-      raise TypeError(f'config.{name}: expected a config section, a mapping or a settings '
-                      f'dataclass; got {type(section).__name__}')
-    given = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
-  unknown = sorted(set(given) - set(defaults))
-  _require(not unknown, f'unknown {name} settings {unknown}; known: {sorted(defaults)}.')
-  values = {**defaults, **given}
-  for key, value in values.items():
-    if isinstance(defaults[key], tuple):
-      values[key] = tuple(value)
-  SECTION_CHECKS[name](values)
-  return values
+def check_allocator_sections(config: ml_collections.ConfigDict) -> None:
+  """Every allocator's section through its settings' range checks (the registry's), so a
+  bad value fails even in a section config.method does not use."""
+  for name, settings in allocators.registered_settings():
+    settings.from_config(config[name])
 
 
 def check_rows_per_batch(rows_per_batch: int, group_sizes: tuple[int, ...], method: str) -> None:
@@ -326,8 +169,9 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
 def check_config(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
   """Raises ValueError naming the field and the fix; call before building anything."""
   check_schema(config, default_config())
-  if config.method not in METHODS:
-    raise ValueError(f'config.method={config.method!r}: choose one of {METHODS}.')
+  if config.method not in allocators.registered():
+    raise ValueError(f'config.method={config.method!r}: choose one of '
+                     f'{allocators.registered()}.')
   m, s, t = config.model, config.sampling, config.train
   total_len = s.max_prompt_len + s.max_new_tokens
   if total_len > m.max_len:
@@ -351,8 +195,7 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
     raise ValueError('train.packing=True with train.importance_level=sequence: the packed '
                      'step has no per-sequence ratio yet; set train.packing=False or '
                      'importance_level=token.')
-  for name, check in SECTION_CHECKS.items():
-    check(config[name])
+  check_allocator_sections(config)
   check_ranges(config)
   section = config[config.method]
   check_rows_per_batch(t.rows_per_batch, _group_sizes(section), config.method)

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax.config import check as config_check
 from sgpo_jax.allocators.knapsack import solver as rule
 from sgpo_jax.allocators.base import BatchPlan, EpochCursor, register_allocator
 from sgpo_jax.allocators.grpo import GRPOAllocator
@@ -31,6 +30,7 @@ class KnapsackState:
 @register_allocator('knapsack')
 class KnapsackAllocator(GRPOAllocator):
   """Knapsack-sized groups over GRPO's walk; see the module docstring."""
+  Settings = rule.KnapsackSettings
 
   def __init__(self, num_queries: int, settings: rule.KnapsackSettings, rows_per_batch: int,
                seed: int = 0):
@@ -45,8 +45,7 @@ class KnapsackAllocator(GRPOAllocator):
   def from_config(cls, config: Any, num_queries: int, profile: Any = None
                   ) -> KnapsackAllocator:
     del profile
-    settings = rule.KnapsackSettings(**config_check.section_values('knapsack',
-                                                                   config.knapsack))
+    settings = rule.KnapsackSettings.from_config(config.knapsack)
     return cls(num_queries, settings, int(config.train.rows_per_batch), int(config.seed))
 
   @property

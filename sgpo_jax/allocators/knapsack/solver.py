@@ -21,19 +21,24 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import ClassVar
+
 import numpy as np
+
+from sgpo_jax.allocators.settings import AllocatorSettings
 
 
 @dataclasses.dataclass(frozen=True)
-class KnapsackSettings:
-  """config.knapsack, typed; range-checked once (config_check.check_knapsack builds one)."""
+class KnapsackSettings(AllocatorSettings):
+  """config.knapsack: its defaults and range checks."""
+  section: ClassVar[str] = 'knapsack'
   group_size: int = 8  # the homogeneous G whose budget is redistributed: R/G prompts a step
   min_group_size: int = 2
   max_group_size: int = 64
   prior_success: float = 0.5  # p of a prompt never rolled out
   fallback: bool = True  # unused rows go to prompts never solved (p = 0)
 
-  def __post_init__(self) -> None:
+  def check(self) -> None:
     if not 1 <= self.min_group_size <= self.group_size <= self.max_group_size:
       raise ValueError(f'knapsack: need 1 <= min_group_size ({self.min_group_size}) <= '
                        f'group_size ({self.group_size}) <= max_group_size '

@@ -75,6 +75,7 @@ class SGPOAllocator(PlanAllocator):
     so its batches may mix sizes. Queries never observed keep their profiled G.
     Unsolved subsets keep the paper's rule (the phase's G).
   """
+  Settings = SGPOSettings
   needs_profile = True
 
   def __init__(self, allocation: Allocation, settings: SGPOSettings | Any,

@@ -73,12 +73,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from sgpo_jax.allocators.sgpo_bayes import posterior as bayes
-from sgpo_jax.config import check as config_check
 from sgpo_jax.allocators.base import (
   Allocator,
   BatchPlan,
@@ -90,6 +89,7 @@ from sgpo_jax.allocators.base import (
 from sgpo_jax.allocators.dapo import DAPOBatchBuilder
 from sgpo_jax.allocators.rows import RowLayout
 from sgpo_jax.allocators import rows as rows_lib
+from sgpo_jax.allocators.settings import AllocatorSettings, require
 
 _POOL_ORDER_STREAM = 0xBA7E5
 _REVISIT_STREAM = 0x2E71
@@ -100,46 +100,128 @@ UNPROFILED, SAMPLING, CANDIDATE, DEPRIORITISED = 0, 1, 2, 3
 
 
 @dataclasses.dataclass(frozen=True)
-class BayesSettings:
-  """config.sgpo_bayes, typed and range-checked."""
-  prior_alpha: float = 0.5
+class BayesSettings(AllocatorSettings):
+  """config.sgpo_bayes: its defaults and range checks. group_sizes is stored sorted."""
+  section: ClassVar[str] = 'sgpo_bayes'
+  prior_alpha: float = 0.5  # Beta prior of every prompt's success rate (Jeffreys)
   prior_beta: float = 0.5
-  group_sizes: tuple[int, ...] = (4, 8)
-  signal_exponent: float = 0.0
-  profile_min_samples: int = 1
-  profile_max_samples: int = 4
-  settle_high: float = 0.6
-  settle_low: float = 0.35
+  group_sizes: tuple[int, ...] = (4, 8)  # candidate G; rows_per_batch must be a multiple of each
+  signal_exponent: float = 0.0  # group value = P_inf * G**this (0: informative groups)
+  profile_min_samples: int = 1  # adaptive profile: samples before a prompt may settle
+  profile_max_samples: int = 4  # ... and at most (then a training candidate)
+  settle_high: float = 0.6  # settled learnable once P_inf(min G) >= this
+  settle_low: float = 0.35  # settled trivial/unsolved (deprioritised) once P_inf <= this
+  # A prompt whose own P_inf(min G) falls below this is deprioritised. At 0.1 with
+  # evidence_decay 0.5 no run of all-equal G=4 groups takes a prompt below it (Beta(8.5,
+  # 0.5): 0.179), so every prompt stays in the epoch walk and the posterior chooses G.
   informative_floor: float = 0.1
-  evidence_decay: float = 0.5
-  window: int = 32
-  revisit_base: float = 0.25
+  evidence_decay: float = 0.5  # old evidence weight per training observation / revisit
+  window: int = 32  # candidates the G choice looks at per batch
+  revisit_base: float = 0.25  # revisit probability max(base**skips, floor) per epoch
   revisit_floor: float = 0.02
-  revisit_target: float = 0.3
+  revisit_target: float = 0.3  # base adapts toward this share of revisits coming back
   revisit_step: float = 0.05
-  post_filter: bool = True
-  max_rounds: int = 4
+  post_filter: bool = True  # drop all-equal groups after rollout, refill (DAPO rounds)
+  max_rounds: int = 4  # post_filter: training rollout rounds per batch, then padded
+  # Adaptive profile before a prompt's first training group (profile_* and settle_* apply).
+  # False: a prompt's first (post-filtered) training group is its profile.
   profile: bool = False
+  # > 0: a refill round is skipped when it would raise the FLOPs per trained informative row,
+  # with training a row costing this many times generating it. 0: refill up to max_rounds
+  # (DAPO's rule).
   train_cost_per_row: float = 0.0
-  reshuffle: bool = True
+  reshuffle: bool = True  # candidates in a fresh random order every epoch
+  # True: a revisited prompt's evidence decays by evidence_decay per pool pass of training
+  # since the last draw, not once per epoch (epochs are a round or two when few prompts are
+  # learnable; per-epoch decay then makes trivial prompts look uncertain again).
   decay_by_passes: bool = False
+  # True: an epoch with fewer candidates than a round looks at also revisits the deprioritised
+  # prompts with the fewest all-equal groups in a row; False: only the random revisits.
   top_up_revisits: bool = True
+  # both: a low P_inf deprioritises a prompt on either tail; easy: only a mostly-solved one
+  # (posterior mean >= 1/2), a hard prompt with rare successes stays a candidate.
   skip_side: str = 'both'
+  # Empirical-Bayes prior shared by prompts with the same feature (posterior.pooled_prior):
+  # 'difficulty' (the queries' difficulty field), 'pool' (one for the whole pool) or 'none'
+  # (every prompt starts at Beta(prior_alpha, prior_beta)). A prompt nobody has rolled out
+  # then starts where its stratum's rolled-out prompts are; it orders and sizes groups and
+  # never deprioritises a prompt (informative_floor reads the prompt's own evidence).
   pooled_prior: str = 'none'
-  pooled_prior_strength: float = 1.0
-  pooled_max_concentration: float = 8.0
+  pooled_prior_strength: float = 1.0  # the base prior counts as this many seen prompts
+  pooled_max_concentration: float = 8.0  # a stratum prior is worth at most this many samples
+  # True: each round's G choice looks at the `window` ready candidates with the largest
+  # P_inf (ties in epoch order) instead of the next ones; every candidate is still served
+  # once per epoch, most promising first.
   prioritise: bool = False
+  # > 0 (prioritise only): an epoch ends early once the best ready candidate's P_inf(min G)
+  # is below this, instead of spending its last steps on the prompts ranked last; the
+  # prompts it leaves unserved have their evidence decayed once by evidence_decay, so they
+  # rise in later epochs' rankings.
   epoch_cut: float = 0.0
 
-  def __post_init__(self) -> None:
-    config_check.check_sgpo_bayes(dataclasses.asdict(self))
-    object.__setattr__(self, 'group_sizes', tuple(sorted({int(g) for g in self.group_sizes})))
-
-  @classmethod
-  def from_config(cls, section: Any = None) -> BayesSettings:
-    values = config_check.section_values('sgpo_bayes', section)
-    values['group_sizes'] = tuple(values['group_sizes'])
-    return cls(**values)
+  def check(self) -> None:
+    require(self.prior_alpha > 0 and self.prior_beta > 0,
+            f'sgpo_bayes.prior_alpha={self.prior_alpha} and prior_beta={self.prior_beta} '
+            'must be > 0.')
+    object.__setattr__(self, 'group_sizes',
+                       rows_lib.check_group_sizes(self.group_sizes, 'sgpo_bayes.group_sizes',
+                                                  minimum=2))
+    require(1 <= self.profile_min_samples <= self.profile_max_samples,
+            f'need 1 <= sgpo_bayes.profile_min_samples ({self.profile_min_samples}) <= '
+            f'sgpo_bayes.profile_max_samples ({self.profile_max_samples}).')
+    require(0.0 <= self.settle_low <= self.settle_high <= 1.0,
+            f'need 0 <= sgpo_bayes.settle_low ({self.settle_low}) <= sgpo_bayes.settle_high '
+            f'({self.settle_high}) <= 1.')
+    require(0.0 <= self.evidence_decay <= 1.0,
+            f'sgpo_bayes.evidence_decay={self.evidence_decay} must be in [0, 1].')
+    require(self.window >= 1, f'sgpo_bayes.window={self.window} must be >= 1.')
+    require(0.0 <= self.informative_floor <= 1.0,
+            f'sgpo_bayes.informative_floor={self.informative_floor} must be in [0, 1].')
+    # An unseen prompt must start above the floor, or one all-equal group deprioritises
+    # almost every prompt and the candidates starve.
+    min_g = self.group_sizes[0]
+    prior_inf = float(bayes.informative_probability(self.prior_alpha, self.prior_beta, min_g))
+    require(self.informative_floor < prior_inf,
+            f'sgpo_bayes.informative_floor={self.informative_floor} must be below '
+            f'{prior_inf:.3f}, the informative probability of an unseen prompt (prior '
+            f'Beta({self.prior_alpha}, {self.prior_beta})) at the smallest group size '
+            f'{min_g}; else one all-equal group deprioritises nearly every prompt. Lower it '
+            f'(e.g. {prior_inf * 0.8:.2f}) or drop the smallest group size.')
+    require(0.0 <= self.revisit_floor <= self.revisit_base <= 1.0,
+            f'need 0 <= sgpo_bayes.revisit_floor ({self.revisit_floor}) <= '
+            f'sgpo_bayes.revisit_base ({self.revisit_base}) <= 1.')
+    require(self.skip_side in ('both', 'easy'),
+            f"sgpo_bayes.skip_side={self.skip_side!r} must be 'both' (deprioritise "
+            "confidently trivial and unsolved prompts) or 'easy' (trivial ones only).")
+    require(self.pooled_prior in ('none', 'difficulty', 'pool'),
+            f"sgpo_bayes.pooled_prior={self.pooled_prior!r} must be 'none' (every prompt "
+            "starts at the prior), 'difficulty' (an empirical-Bayes prior per difficulty "
+            "level of the queries) or 'pool' (one over the whole pool).")
+    require(self.pooled_prior_strength >= 0,
+            f'sgpo_bayes.pooled_prior_strength={self.pooled_prior_strength} must be >= 0 '
+            '(the base prior counts as this many seen prompts in a stratum).')
+    require(self.pooled_max_concentration >= 0.5,
+            f'sgpo_bayes.pooled_max_concentration={self.pooled_max_concentration} must be '
+            '>= 0.5 (how many samples a stratum prior may be worth at most, e.g. 8).')
+    for flag in ('post_filter', 'profile', 'reshuffle', 'decay_by_passes', 'top_up_revisits',
+                 'prioritise'):
+      require(isinstance(getattr(self, flag), bool),
+              f'sgpo_bayes.{flag}={getattr(self, flag)!r} must be True or False.')
+    require(0.0 <= self.epoch_cut < prior_inf,
+            f'sgpo_bayes.epoch_cut={self.epoch_cut} must be in [0, {prior_inf:.3f}): 0 (off) '
+            'or below the informative probability of an unseen prompt, else an epoch of '
+            'unseen prompts ends before it starts. E.g. 0.3.')
+    require(self.epoch_cut == 0.0 or self.prioritise,
+            f'sgpo_bayes.epoch_cut={self.epoch_cut} needs sgpo_bayes.prioritise=True (it '
+            'cuts the tail of an epoch served most promising first); set prioritise=True or '
+            'epoch_cut=0.')
+    require(isinstance(self.max_rounds, int) and not isinstance(self.max_rounds, bool)
+            and self.max_rounds >= 1,
+            f'sgpo_bayes.max_rounds={self.max_rounds!r} must be an integer >= 1 (training '
+            'rollout rounds per batch; 1 = no refill).')
+    require(self.train_cost_per_row >= 0,
+            f'sgpo_bayes.train_cost_per_row={self.train_cost_per_row} must be >= 0 (0: '
+            'always refill up to max_rounds).')
 
 
 @dataclasses.dataclass
@@ -179,7 +261,8 @@ class BayesState:
 
 @register_allocator('sgpo_bayes')
 class BayesAllocator(Allocator):
-
+  """A Beta posterior per prompt drives profiling, G and revisits; see the module docstring."""
+  Settings = BayesSettings
   uses_strata = True
 
   def __init__(self, num_queries: int, rows_per_batch: int, settings: BayesSettings,
