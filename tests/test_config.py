@@ -239,24 +239,16 @@ def _leaves(tree, prefix=''):
 
 
 def test_defaults_equal_the_snapshot_of_commit_09e509c():
-  """The allocator sections built from the settings dataclasses give the config of 09e509c
-  (when each section was written out in defaults.py) value for value and type for type;
-  the snapshot is written by tests/fixtures/make_config_snapshot.py from that commit's
-  file."""
+  """The allocator sections built from the settings dataclasses, and the regimes set by
+  configs/regimes.py, give the configs of 09e509c (when each section was written out in
+  defaults.py and the regimes lived there) value for value and type for type; the snapshot
+  is written by tests/fixtures/make_config_snapshot.py from that commit's file."""
   import json
   with open(os.path.join(REPO, 'tests', 'fixtures', 'config_09e509c.json')) as f:
     snapshot = json.load(f)['configs']
   assert '' in snapshot and 'regime=paper_like' in snapshot
   for arg, expected in snapshot.items():
-    tree = _config_file('default').get_config(arg).to_dict()
+    tree = _config_module('default').get_config(arg).to_dict()
     assert json.dumps(tree, sort_keys=True) == json.dumps(expected['values'], sort_keys=True), arg
     assert {k: type(v).__name__ for k, v in _leaves(tree)} == expected['types'], arg
 
-
-def _config_file(name):
-  import importlib.util
-  spec = importlib.util.spec_from_file_location(f'configs_{name}',
-                                                os.path.join(REPO, 'configs', f'{name}.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
