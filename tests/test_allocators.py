@@ -201,6 +201,9 @@ def test_sgpo_online_update_rebuckets_between_cycles():
   mean = alloc.posterior_mean()
   # kappa = 8, eps = 0.5: q3 (19.5, 5.5) -> 0.78 > 0.75; q4 (4.5, 28.5) -> 0.136 -> G = 4
   assert mean[3] == pytest.approx(19.5 / 25) and mean[4] == pytest.approx(4.5 / 33)
+  st = alloc.state  # the counts land exactly (posterior.update_posterior, no decay)
+  assert (st.alpha[3], st.beta[3], st.observed[3]) == (19.5, 5.5, 16)
+  assert (st.alpha[4], st.beta[4], st.observed[4]) == (4.5, 28.5, 24)
   seen = {}
   while alloc.cycle < 2:
     plan = alloc.next_plan()

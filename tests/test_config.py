@@ -81,7 +81,8 @@ def test_sequence_longer_than_model():
 def test_rows_not_multiple_of_group_size_and_method():
   c = config()
   c.train.rows_per_batch = 60
-  with pytest.raises(ValueError, match='rows_per_batch=60 is not a multiple of the group size 8'):
+  with pytest.raises(ValueError, match='train.rows_per_batch=60 is not a multiple of the '
+                     r'largest group size 8 \(group sizes \(2, 4, 8\)\)'):
     config_check.check_config(c)
   c = config(method='ppo')
   with pytest.raises(ValueError, match="config.method='ppo'"):

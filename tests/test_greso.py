@@ -14,8 +14,12 @@ from sgpo_jax.config import defaults as default_config
 ALL1, ALL0, MIXED = [1, 1, 1, 1], [0, 0, 0, 0], [0, 1, 0, 1]
 
 
-def kinds(history):
-  return [greso.group_kind(np.asarray(r, float)) for r in history]
+def streaks_after(history):
+  """(easy, hard) streaks after a prompt's whole history of groups, oldest first."""
+  easy, hard = 0, 0
+  for rewards in history:
+    easy, hard = greso.update_streaks(easy, hard, greso.group_kind(np.asarray(rewards, float)))
+  return easy, hard
 
 
 @pytest.mark.parametrize('history, easy, hard', [
@@ -27,7 +31,7 @@ def kinds(history):
     ([], 0, 0),
 ])
 def test_streaks_count_the_most_recent_run_of_one_kind(history, easy, hard):
-  assert greso.replay_history(kinds(history)) == (easy, hard)
+  assert streaks_after(history) == (easy, hard)
 
 
 def test_group_kind_is_exact_and_splits_all_correct_from_all_wrong():
@@ -47,7 +51,7 @@ def test_group_kind_is_exact_and_splits_all_correct_from_all_wrong():
     ([ALL0], 0.3, 0.7, 0.3),
 ])
 def test_skip_probability_from_history(history, p_easy, p_hard, expected):
-  easy, hard = greso.replay_history(kinds(history))
+  easy, hard = streaks_after(history)
   assert greso.skip_probability(easy, hard, p_easy, p_hard, 0.01) == pytest.approx(expected)
 
 

@@ -65,17 +65,19 @@ def _lcm(values: Sequence[int]) -> int:
   return out
 
 
-def validate_rows_per_batch(rows_per_batch: int, group_sizes: Sequence[int]) -> None:
-  """Raises ValueError unless rows_per_batch is a positive multiple of every group size."""
+def validate_rows_per_batch(rows_per_batch: int, group_sizes: Sequence[int],
+                            name: str = 'rows_per_batch') -> None:
+  """Raises ValueError unless rows_per_batch is a positive multiple of every group size
+  (the message calls it `name`, e.g. 'train.rows_per_batch')."""
   sizes = check_group_sizes(group_sizes)
   if rows_per_batch < 1:
-    raise ValueError(f'rows_per_batch={rows_per_batch} must be positive')
+    raise ValueError(f'{name}={rows_per_batch} must be positive')
   bad = [g for g in sizes if rows_per_batch % g]
   if bad:
     lcm = _lcm(sizes)
     suggestion = max(lcm, rows_per_batch // lcm * lcm)
     which = ('the largest group size' if bad[-1] == sizes[-1] else 'the group size')
-    raise ValueError(f'rows_per_batch={rows_per_batch} is not a multiple of {which} '
+    raise ValueError(f'{name}={rows_per_batch} is not a multiple of {which} '
                      f'{bad[-1]} (group sizes {sizes}); use a multiple of {lcm}, e.g. '
                      f'{suggestion}')
 

@@ -25,6 +25,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
+from sgpo_jax.allocators import rows as rows_lib
+
 _S = TypeVar('_S', bound='AllocatorSettings')
 
 
@@ -43,6 +45,12 @@ class AllocatorSettings:
 
   def check(self) -> None:
     """Range checks; raise ValueError naming `<section>.<field>` and the fix."""
+
+  def check_rows_per_batch(self, rows_per_batch: int) -> None:
+    """Whether train.rows_per_batch can hold this allocator's groups: by default a multiple
+    of every size in `group_sizes` (or of `group_size`)."""
+    sizes = getattr(self, 'group_sizes', None) or (getattr(self, 'group_size'),)
+    rows_lib.validate_rows_per_batch(rows_per_batch, sizes, 'train.rows_per_batch')
 
   @classmethod
   def defaults(cls) -> dict[str, Any]:

@@ -32,13 +32,6 @@ def check_allocator_sections(config: ml_collections.ConfigDict) -> None:
     settings.from_config(config[name])
 
 
-def check_rows_per_batch(rows_per_batch: int, group_sizes: tuple[int, ...], method: str) -> None:
-  for g in group_sizes:
-    _require(g >= 1 and rows_per_batch % g == 0,
-             f'train.rows_per_batch={rows_per_batch} is not a multiple of the group size {g} '
-             f'({method}); choose a multiple of {max(group_sizes)}.')
-
-
 def _type_ok(value: Any, default: Any) -> bool:
   if default is None or value is None:
     return True
@@ -184,12 +177,8 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
       raise ValueError(f'sampling.{name}={s[name]} must be >= 1.')
   if s.engine not in ('static', 'continuous'):
     raise ValueError(f"sampling.engine={s.engine!r}: choose 'static' or 'continuous'.")
-  if t.pack_rows < 1:
-    raise ValueError(f'train.pack_rows={t.pack_rows} must be >= 1.')
-  if t.pack_len and t.pack_len < total_len:
-    raise ValueError(f'train.pack_len={t.pack_len} is shorter than a padded row '
-                     f'(max_prompt_len + max_new_tokens = {total_len}); set it >= {total_len} '
-                     'or 0.')
+  from sgpo_jax.rl import sequence_packing  # numpy only; not at import (no cycle via rl/)
+  sequence_packing.PackShape.for_batch(t.rows_per_batch, total_len, t.pack_rows, t.pack_len)
   if t.packing and t.importance_level == 'sequence':
     # A packed row holds several sequences; GSPO's ratio is a mean over one sequence.
     raise ValueError('train.packing=True with train.importance_level=sequence: the packed '
@@ -197,11 +186,8 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
                      'importance_level=token.')
   check_allocator_sections(config)
   check_ranges(config)
-  section = config[config.method]
-  check_rows_per_batch(t.rows_per_batch, _group_sizes(section), config.method)
-  if config.method == 'knapsack' and config.knapsack.max_group_size > t.rows_per_batch:
-    raise ValueError(f'knapsack.max_group_size={config.knapsack.max_group_size} exceeds '
-                     f'train.rows_per_batch={t.rows_per_batch}; lower it.')
+  settings = allocators.allocator_class(config.method).Settings
+  settings.from_config(config[config.method]).check_rows_per_batch(t.rows_per_batch)
   if t.micro_batches < 1 or t.rows_per_batch % t.micro_batches:
     raise ValueError(f'train.micro_batches={t.micro_batches} must divide train.rows_per_batch='
                      f'{t.rows_per_batch}.')
@@ -218,9 +204,3 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
                        f'divisible by the mesh batch axes size {batch} (mesh.shape={shape}); '
                        f'use a multiple of {batch}.')
 
-
-def _group_sizes(section: Any) -> tuple[int, ...]:
-  """The group sizes an allocator section asks for: `group_sizes`, or one `group_size`."""
-  if 'group_sizes' in section:
-    return tuple(int(g) for g in section.group_sizes)
-  return (int(section.group_size),)

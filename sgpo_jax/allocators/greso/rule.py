@@ -119,12 +119,3 @@ def adapt_probability(p: float, observed_share: float, target_share: float, delt
   if observed_share >= target_share:
     return max(p - delta, p_min)
   return min(p + delta, p_max)
-
-
-def replay_history(kinds: list[int]) -> tuple[int, int]:
-  """The streaks after a whole history of outcomes (oldest first)."""
-  easy, hard = 0, 0
-  for kind in kinds:
-    easy, hard = update_streaks(easy, hard, kind)
-  return easy, hard
-

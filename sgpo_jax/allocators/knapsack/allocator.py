@@ -34,9 +34,7 @@ class KnapsackAllocator(GRPOAllocator):
 
   def __init__(self, num_queries: int, settings: rule.KnapsackSettings, rows_per_batch: int,
                seed: int = 0):
-    if settings.max_group_size > rows_per_batch:
-      raise ValueError(f'knapsack.max_group_size={settings.max_group_size} exceeds '
-                       f'train.rows_per_batch={rows_per_batch}; lower it')
+    settings.check_rows_per_batch(rows_per_batch)
     super().__init__(num_queries, settings.group_size, rows_per_batch, seed)
     self.settings = settings
     self.state = KnapsackState(EpochCursor(), np.full(self.num_queries, UNSEEN))

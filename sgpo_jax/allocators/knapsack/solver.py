@@ -46,6 +46,12 @@ class KnapsackSettings(AllocatorSettings):
     if not 0.0 <= self.prior_success <= 1.0:
       raise ValueError(f'knapsack.prior_success={self.prior_success} must be in [0, 1]')
 
+  def check_rows_per_batch(self, rows_per_batch: int) -> None:
+    super().check_rows_per_batch(rows_per_batch)
+    if self.max_group_size > rows_per_batch:
+      raise ValueError(f'knapsack.max_group_size={self.max_group_size} exceeds '
+                       f'train.rows_per_batch={rows_per_batch}; lower it')
+
   @property
   def sizes(self) -> tuple[int, ...]:
     return tuple(range(self.min_group_size, self.max_group_size + 1))

@@ -116,28 +116,6 @@ def group_size_for(p_hat: float | Fraction,
   return below if inverse * inverse < below * above else above
 
 
-def assign_group_sizes(p_hat_Q: np.ndarray | Sequence[float] | None = None,
-                       group_sizes: Sequence[int] = DEFAULT_GROUP_SIZES,
-                       rounding: str = 'down',
-                       clip: bool = True,
-                       *,
-                       n_correct_Q: np.ndarray | None = None,
-                       n_samples_Q: np.ndarray | None = None) -> np.ndarray:
-  """Vectorised `group_size_for` -> int32 [Q].
-
-  Give either p_hat_Q or the exact counts (n_correct_Q, n_samples_Q); counts are preferred
-  because k/n is then bucketed with exact arithmetic.
-  """
-  fractions = _fractions_from(p_hat_Q, n_correct_Q, n_samples_Q)
-  cache: dict[Fraction, int] = {}
-  out_Q = np.empty(len(fractions), dtype=np.int32)
-  for i, p in enumerate(fractions):
-    if p not in cache:
-      cache[p] = group_size_for(p, group_sizes, rounding, clip)
-    out_Q[i] = cache[p]
-  return out_Q
-
-
 def _fractions_from(p_hat_Q: Any, n_correct_Q: Any, n_samples_Q: Any) -> list[Fraction]:
   if n_correct_Q is not None or n_samples_Q is not None:
     if n_correct_Q is None or n_samples_Q is None:
