@@ -1,8 +1,9 @@
 """Config validation: every mistake a config can hold fails here, before any compute.
 
-The schema is `configs/default.py`: a field it does not have is unknown (a typo), and a
-value whose type differs from the default's is wrong (ints are accepted where floats are
-expected). Cross-field checks name the field and the fix.
+The schema is the embedded default (`defaults.get_config()`): a field it does not have is
+unknown (a typo), and a value whose type differs from the default's is wrong (ints are
+accepted where floats are expected). Each allocator section is checked by its settings
+class, through the allocator registry. Cross-field checks name the field and the fix.
 """
 
 from __future__ import annotations

@@ -151,8 +151,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.std_eps = 1e-6
   c.train.loss_agg = 'token_mean'  # token_mean | seq_mean_token_mean | seq_mean_token_sum_norm
   c.train.policy_loss = 'ppo'  # ppo | cispo (sgpo_jax/rl/losses.py POLICY_LOSSES)
-  c.train.importance_level = 'token'  # token | sequence (GSPO; grpo.py IMPORTANCE_RATIOS)
-  c.train.clip_eps_low = 0.2  # ppo: ratio clip; cispo: IS-weight clip (grpo.py)
+  c.train.importance_level = 'token'  # token | sequence (GSPO; rl/losses.py IMPORTANCE_RATIOS)
+  c.train.clip_eps_low = 0.2  # ppo: ratio clip; cispo: IS-weight clip (rl/losses.py)
   c.train.clip_eps_high = 0.28
   c.train.logratio_clamp = 20.0
   c.train.kl_coef = 0.0  # 0 = no reference model kept or run
@@ -163,13 +163,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.pack_rows = 1  # packed rows per buffer (a scan runs over the buffers)
   c.train.pack_len = 0  # tokens per packed row; 0 = max_prompt_len + max_new_tokens
   c.train.early_stop = ml_collections.ConfigDict()
-  # Off by default: on the 480 held-out runs of experiments/results/scaling_law_pooled/,
-  # 'bound' as the trainer runs it saves 32.8% of steps at a mean gain of 0.63 points, but its
-  # worst loss is 3.95 points (target <= 3; 'trend' 5.90): late gains its forecast did not
-  # see, not the noise of one eval (scaling_law_floors/); per test: docs/
-  # scaling_law_validation.md. It holds only for regimes its calibration set has runs of (not
-  # the README run's), and comparison runs must reach their budget.
-  # The settings below are the validated ones.
+  # Off by default (comparison runs must reach their budget); how each rule was validated:
+  # docs/scaling_law_validation.md. 'bound' holds only for regimes its calibration set has
+  # runs of (not the README run's). The settings below are the validated ones.
   c.train.early_stop.enabled = False
   # 'trend': on eval accuracy, stop once a line through the evals of the last
   # window_fraction of the run gains < epsilon by its end (validated: README, Scaling law);
@@ -185,9 +181,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # 'bound': at the first eval at or after each of bound_fractions of the run, stop once the
   # calibrated upper bound (bound_confidence) of the final accuracy, forecast from the prefix
   # and the runs of `calibration` ('' = the shipped 80 comparison runs), is within bound_delta
-  # of the reading. Met the targets on 80 runs of new seeds of the calibration set's configs
-  # (experiments/results/scaling_law_stop_transfer/); the run's config there is its
-  # `config_group` ('' = <parent folder>/<workdir without _seed<k>>, as sweeps name runs).
+  # of the reading. The run's config in the calibration set is its `config_group`
+  # ('' = <parent folder>/<workdir without _seed<k>>, as sweeps name runs).
   c.train.early_stop.bound_fractions = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75,
                                         0.8)
   c.train.early_stop.bound_confidence = 0.9

@@ -19,7 +19,7 @@ skips prompts that are likely to give such a zero-variance group again:
 Defaults are the authors' (their public training scripts and trainer): p_easy = p_hard = 0.5
 at the start, total target 0.25, delta 0.01, p in [0.05, 0.95], floor 0.01, adaptation only
 after the first epoch. The allocator that applies the rule over the one RL loop is
-`allocators/greso.py`.
+`allocators/greso/allocator.py`.
 """
 
 from __future__ import annotations

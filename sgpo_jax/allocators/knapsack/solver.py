@@ -14,7 +14,7 @@ Prompts with p in {0, 1} are worth 0 at any N, so the solve gives them the small
 the paper's fallback hands rows the solve leaves unused to the prompts it never sees
 solved (p = 0), round robin, up to the largest size (`fallback_fill`).
 
-The allocator that applies it over the one RL loop is `allocators/knapsack.py`.
+The allocator that applies it over the one RL loop is `allocators/knapsack/allocator.py`.
 """
 
 from __future__ import annotations

@@ -1,18 +1,18 @@
 """sGPO allocation: from a difficulty profile to group sizes, phases and fixed-shape rows.
 
 Owns the pure, numpy-only part of sGPO (sGPO, arXiv 2606.08854):
-- `group_size_for` / `assign_group_sizes`: G = power-of-two bucket of 1/p_hat.
+- `group_size_for`: G = power-of-two bucket of 1/p_hat.
 - `allocate`: filtering (trivial dropped, a seeded subset of unsolved kept per phase),
   group sizes for learnable queries, and the curriculum (phases in increasing G) or one
   shuffled 'mix' phase. The result also carries the per-query fields of `profile.jsonl`
   and the counts of `summary.json`'s `profile` block.
-- `pack_rows`: fixed-shape packing of prompts with (possibly mixed) group sizes into
-  `rows_per_batch` rows with a group id per row and masked padding rows.
+- `SGPOSettings`: config.sgpo, its defaults and range checks.
+- `profile_bucket` / `bucket_settled`: what the allocation makes of partial profile counts
+  (profile.early_stop).
 
-- `SGPOSettings`: config.sgpo as a typed, checked dataclass (defaults: default_config.py).
-
-Profiling itself (sampling completions) lives in `profile.py`; iterating the allocation
-during training lives in `allocators/sgpo.py`.
+Profiling itself (sampling completions) lives in `generate/profiling.py`; iterating the
+allocation during training in `allocators/sgpo/allocator.py`; the fixed-shape row layout in
+`allocators/rows.py`.
 """
 
 from __future__ import annotations

@@ -1,71 +1,33 @@
-"""`method=sgpo_bayes`: sGPO beyond the paper, a Beta posterior per prompt driving everything.
+"""`method=sgpo_bayes`: a Beta posterior per prompt drives profiling, group sizes and revisits.
 
-What it does per RL batch (`fill_batch`), with the math in `bayes.py`:
-1. Lazy adaptive profile (profile=True). Prompts are profiled in the order of a seeded
-   permutation of the pool, only as far as training needs them (a budget under one epoch
-   never pays for prompts it will not train on). Up to R prompts are in flight; each
-   profiling round is one fixed-shape generation-only call (charged to the ledger as
-   'profile'): one sample per in-flight prompt, and when fewer than R prompts are in flight
-   the spare rows of the call (paid for anyway) become extra samples of the same prompts.
-   A prompt leaves the round robin once `bayes.profile_decision` settles it: 'learnable'
-   (joins the epoch's candidates), 'skip' (confidently trivial or unsolved: deprioritised)
-   or 'undecided' at profile_max_samples (a candidate). profile=False: a prompt's first
-   training group is its profile (it joins the candidates with the prior).
-2. G per prompt: the next `window` candidates of the epoch go to `bayes.choose_group_sizes`
-   (greedy fill of the R rows by marginal expected informative signal per row); the ones
-   not taken stay for a later round or batch of the same epoch.
-3. Post-rollout filter (post_filter=True, DAPO's dynamic sampling on top of the posterior
-   pre-filter): a group whose rewards are all equal is not trained on; further training
-   rounds (each a full R-row plan of the next candidates) refill the batch, informative
-   groups taken in order while they fit, until R rows are filled or max_rounds rounds ran
-   (the rest padded). Every round's rows, dropped or not, are charged as 'rollout'. An
-   informative group that does not fit stays a candidate (its prompt is not spent). A
-   refill round is skipped (the rest padded) when it would raise the batch's expected
-   FLOPs per trained informative row (`bayes.refill_lowers_cost`, train_cost_per_row).
-4. Every rollout updates the prompt's posterior (old evidence decayed by evidence_decay,
-   since the policy moves), dropped groups included; a prompt whose posterior P_inf(min G)
-   falls below informative_floor is deprioritised (skip_side='easy': only if its posterior
-   mean is >= 1/2), its skip count = consecutive all-equal groups.
-5. Deprioritised prompts are not forgotten: at each epoch start each is drawn for a revisit
-   with probability max(revisit_base**skips, revisit_floor) (GRESO's rule). A revisit is a
-   cheap probe (profile=True: the same adaptive rounds as the profile, counted as
-   'profile'; profile=False: a training group, post-filtered); a probe that settles
-   'learnable' (an informative group) brings the prompt back. revisit_base adapts by
-   revisit_step per epoch toward a share `revisit_target` of revisits that come back.
-6. Optional, off by default: pooled_prior shares an empirical-Bayes prior across the prompts
-   of a stratum (their `difficulty`, or the whole pool; `bayes.pooled_prior`), so a prompt
-   nobody has rolled out starts where its stratum's rolled-out prompts are, and prioritise
-   makes each round's window the most promising ready candidates instead of the next ones
-   (every candidate is still served once per epoch). The pooled posterior orders and sizes
-   groups; informative_floor always reads a prompt's own posterior, so pooling never takes a
-   prompt out of the walk. epoch_cut (prioritise only) ends an epoch once its best ready
-   candidate's P_inf is below the cut, instead of spending the epoch's last steps on the
-   prompts ranked last; the candidates it leaves have their evidence decayed once, so they
-   climb later rankings (a prompt with no evidence of its own does not move: with
-   pooled_prior it is served once its stratum's rolled-out prompts, which do come back,
-   lift the stratum's prior above the cut). Measured on the reference machine
-   (compare_pooled_cut/, 5 seeds): pooled + prioritise ends highest in paper_like (80.4% vs
-   sgpo_bayes 80.1) but reaches GRPO's final accuracy later (11.2x vs GRPO against 21.8x);
-   the cut halves padding there (29.5% vs 58.0%) and ends at 76.0% in default (sgpo_bayes
-   75.7, its floor-0.25 ablation 76.7), yet reaches GRPO's final accuracy later in both
-   (13.9x and 5.9x against 21.8x and 38x): off by default.
-No curriculum: candidates are taken in a fresh random order every epoch (reshuffle=True;
-False: the pool order every epoch); the measured sGPO curriculum made the eval curve swing
-with its phases (see the README's results).
-Defaults, as measured (experiments/results/compare_prelim_sgpo_bayes_v2/ and
-compare_variants_bayes/): post_filter on, profile off (with the post-filter a prompt's first
-group is the cheaper profile), refills always (train_cost_per_row = 0, max_rounds 4: fewer
-rounds made cheaper steps that learned less per FLOP), informative_floor 0.1. At 0.1 (with
-evidence_decay 0.5) no run of all-equal G=4 groups takes a prompt below the floor, so every
-prompt stays in the epoch walk and steps 4-5 rarely fire: deprioritising (floor 0.25, arm
-sgpo_bayes_floor25) narrowed training to a few dozen prompts and lost 2-9 points of held-out
-accuracy late in paper_like and small_pool, because regressions on the easy prompts it had
-set aside went unseen (skip_side='easy', keeping the hard ones, lost most).
-
-Registered as `method=sgpo_bayes` (settings: config.sgpo_bayes). `fill_batch` calls the
-trainer's `rollout_fn` for every probe round (category 'profile') and every training round,
-each with its own round index; the state dataclass round-trips through `state_dict()`
-(base.py), so resume is exact.
+Per RL batch (`fill_batch`), with the math in `posterior.py`:
+1. Candidates. profile=False (default): prompts join the epoch's candidates as they are
+   (prior posterior); their first training group is their profile. profile=True: a lazy
+   adaptive profile in a seeded pool order, only as far as training needs; up to R prompts
+   in flight, one fixed-shape call per round (charged as 'profile'; spare rows become extra
+   samples), each prompt until `posterior.profile_decision` settles it: 'learnable' or
+   'undecided' (a candidate) or 'skip' (deprioritised).
+2. Group sizes: the next `window` candidates (prioritise=True: the `window` with the largest
+   P_inf) go to `posterior.choose_group_sizes`, a greedy fill of the R rows by marginal
+   expected signal per row; the ones not taken stay for a later round.
+3. Post-filter (post_filter=True): all-equal groups are dropped and further rounds refill the
+   batch (`DAPOBatchBuilder`) until R rows or max_rounds rounds; an informative group that
+   does not fit stays a candidate. With train_cost_per_row > 0 a refill is skipped when
+   `posterior.refill_lowers_cost` says it would raise the FLOPs per trained informative row.
+   Every round is charged as 'rollout', dropped rows included.
+4. Every rollout updates its prompt's posterior (old evidence decayed by evidence_decay). A
+   prompt whose own P_inf(min G) falls below informative_floor is deprioritised
+   (skip_side='easy': only if its posterior mean is >= 1/2).
+5. Revisits: at each epoch start each deprioritised prompt is drawn with probability
+   max(revisit_base**skips, revisit_floor) (GRESO's rule, `posterior.revisit_probability`)
+   and probed (profile=True) or given a training group; revisit_base adapts toward a share
+   revisit_target of revisits that come back.
+6. Options: pooled_prior shares an empirical-Bayes prior per stratum (`posterior.pooled_prior`;
+   it orders and sizes groups, never deprioritises); epoch_cut (with prioritise) ends an
+   epoch once its best ready candidate's P_inf is below the cut and decays the evidence of
+   the candidates it leaves.
+Candidates come in a fresh random order every epoch (reshuffle=True) or the pool order; no
+curriculum. Resume is exact: the state dataclass round-trips through `state_dict()`.
 """
 
 from __future__ import annotations
