@@ -41,7 +41,7 @@ class GRPOAllocator(PlanAllocator):
   def __init__(self, num_queries: int, group_size: int, rows_per_batch: int, seed: int = 0):
     if num_queries < 1:
       raise ValueError(f'num_queries={num_queries}: the training pool is empty')
-    rows_lib.validate_rows_per_batch(rows_per_batch, (group_size,))
+    rows_lib.check_rows_per_batch(rows_per_batch, (group_size,))
     self.num_queries = int(num_queries)
     self.group_size = int(group_size)
     self.rows_per_batch = int(rows_per_batch)

@@ -65,7 +65,7 @@ def _lcm(values: Sequence[int]) -> int:
   return out
 
 
-def validate_rows_per_batch(rows_per_batch: int, group_sizes: Sequence[int],
+def check_rows_per_batch(rows_per_batch: int, group_sizes: Sequence[int],
                             name: str = 'rows_per_batch') -> None:
   """Raises ValueError unless rows_per_batch is a positive multiple of every group size
   (the message calls it `name`, e.g. 'train.rows_per_batch')."""

@@ -50,7 +50,7 @@ class AllocatorSettings:
     """Whether train.rows_per_batch can hold this allocator's groups: by default a multiple
     of every size in `group_sizes` (or of `group_size`)."""
     sizes = getattr(self, 'group_sizes', None) or (getattr(self, 'group_size'),)
-    rows_lib.validate_rows_per_batch(rows_per_batch, sizes, 'train.rows_per_batch')
+    rows_lib.check_rows_per_batch(rows_per_batch, sizes, 'train.rows_per_batch')
 
   @classmethod
   def defaults(cls) -> dict[str, Any]:

@@ -88,18 +88,18 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
   """Value ranges and choices of the non-allocator sections."""
   from sgpo_jax import tasks  # the registries of names (no cycle: none imports us)
   from sgpo_jax.data import loading as data
-  from sgpo_jax.rl import losses as grpo
+  from sgpo_jax.rl import losses
   d, s, t, es = config.data, config.sampling, config.train, config.train.early_stop
   _choice('data.source', d.source, data.SOURCES)
   _choice('data.reward', d.reward, tasks.REWARDS)
   _choice('data.bad_rows', d.bad_rows, ('error', 'skip'))
   _choice('tokenizer.kind', config.tokenizer.kind, ('char', 'hf'))
   _choice('train.schedule', t.schedule, ('constant', 'cosine'))
-  _choice('train.advantage', t.advantage, sorted(grpo.ADVANTAGE_ESTIMATORS))
-  _choice('train.loss_agg', t.loss_agg, sorted(grpo.LOSS_AGGREGATIONS))
-  _choice('train.kl_form', t.kl_form, sorted(grpo.KL_FORMS))
-  _choice('train.policy_loss', t.policy_loss, sorted(grpo.POLICY_LOSSES))
-  _choice('train.importance_level', t.importance_level, sorted(grpo.IMPORTANCE_RATIOS))
+  _choice('train.advantage', t.advantage, sorted(losses.ADVANTAGE_ESTIMATORS))
+  _choice('train.loss_agg', t.loss_agg, sorted(losses.LOSS_AGGREGATIONS))
+  _choice('train.kl_form', t.kl_form, sorted(losses.KL_FORMS))
+  _choice('train.policy_loss', t.policy_loss, sorted(losses.POLICY_LOSSES))
+  _choice('train.importance_level', t.importance_level, sorted(losses.IMPORTANCE_RATIOS))
   for name, value, low in (
       ('sampling.max_prompt_len', s.max_prompt_len, 1),
       ('sampling.max_new_tokens', s.max_new_tokens, 1),

@@ -131,8 +131,8 @@ def fallback_fill(n_P: np.ndarray, p_P: np.ndarray, budget: int, max_size: int) 
   return n_P
 
 
-def allocate(p_P: Sequence[float] | np.ndarray, settings: KnapsackSettings, budget: int
-             ) -> np.ndarray:
+def choose_group_sizes(p_P: Sequence[float] | np.ndarray, settings: KnapsackSettings,
+                       budget: int) -> np.ndarray:
   """Group size per prompt for one batch: the knapsack solve, then the fallback."""
   p_P = np.asarray(p_P, dtype=np.float64)
   n_P = solve(p_P, settings.sizes, budget)

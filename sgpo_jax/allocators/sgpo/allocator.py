@@ -121,7 +121,7 @@ class SGPOAllocator(PlanAllocator):
       replay_prompts = min(
           int(s.trivial_replay_fraction * self.rows_per_batch) // self._min_group_size,
           room // self._min_group_size)
-    rows_lib.validate_rows_per_batch(self.rows_per_batch, sorted(sizes))
+    rows_lib.check_rows_per_batch(self.rows_per_batch, sorted(sizes))
     return replay_prompts, max(sizes)
 
   @classmethod

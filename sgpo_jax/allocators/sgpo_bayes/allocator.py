@@ -232,7 +232,7 @@ class BayesAllocator(Allocator):
     if num_queries < 1:
       raise ValueError(f'num_queries={num_queries}: the training pool is empty')
     self.stratum_Q = self._strata(settings.pooled_prior, strata, int(num_queries))
-    rows_lib.validate_rows_per_batch(rows_per_batch, settings.group_sizes)
+    rows_lib.check_rows_per_batch(rows_per_batch, settings.group_sizes)
     self.num_queries = int(num_queries)
     self.rows_per_batch = int(rows_per_batch)
     self.settings = settings
