@@ -15,7 +15,8 @@ a settings object is always valid, and by `config/check.py` through the registry
 
 `FooSettings.from_config(config.foo)` takes a ConfigDict, a partial mapping, a settings
 dataclass or None; missing fields take the defaults, an unknown one is an error naming the
-known ones. Imports nothing from `sgpo_jax.config`, so the config modules can import the
+known ones. `check_rows_per_batch(R)` says whether train.rows_per_batch holds its groups
+(default: a multiple of `group_sizes`, or of `group_size`). Imports nothing from `sgpo_jax.config`, so the config modules can import the
 allocator registry.
 """
 
@@ -65,8 +66,10 @@ class AllocatorSettings:
     defaults = cls.defaults()
     if section is None:
       given: dict[str, Any] = {}
-    elif isinstance(section, Mapping) or hasattr(section, 'to_dict'):
-      given = section.to_dict() if hasattr(section, 'to_dict') else dict(section)
+    elif hasattr(section, 'to_dict'):  # an ml_collections.ConfigDict
+      given = section.to_dict()
+    elif isinstance(section, Mapping):
+      given = dict(section)
     elif dataclasses.is_dataclass(section):
       given = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
     else:
