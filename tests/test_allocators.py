@@ -4,6 +4,7 @@ import dataclasses
 import importlib.util
 import json
 import pathlib
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -200,6 +201,9 @@ def test_sgpo_online_update_rebuckets_between_cycles():
   mean = alloc.posterior_mean()
   # kappa = 8, eps = 0.5: q3 (19.5, 5.5) -> 0.78 > 0.75; q4 (4.5, 28.5) -> 0.136 -> G = 4
   assert mean[3] == pytest.approx(19.5 / 25) and mean[4] == pytest.approx(4.5 / 33)
+  st = alloc.state  # the counts land exactly (posterior.update_posterior, no decay)
+  assert (st.alpha[3], st.beta[3], st.observed[3]) == (19.5, 5.5, 16)
+  assert (st.alpha[4], st.beta[4], st.observed[4]) == (4.5, 28.5, 24)
   seen = {}
   while alloc.cycle < 2:
     plan = alloc.next_plan()
@@ -388,10 +392,22 @@ def test_dapo_fill_batch_runs_rounds_and_charges_discarded_rows():
 # -- registry, settings, state ------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class OnceSettings(allocators.AllocatorSettings):
+  section: ClassVar[str] = 'every_query_once_test'
+  group_size: int = 2
+
+
 def test_registry_takes_a_new_allocator_with_one_decorator():
+  with pytest.raises(ValueError, match="needs its own `Settings` class with section = 'nameless'"):
+    @allocators.register_allocator('nameless')
+    class Nameless(allocators.PlanAllocator):  # noqa: F841 (GRPO's Settings is not its own)
+      pass
+
   @allocators.register_allocator('every_query_once_test')
   class OnceAllocator(allocators.PlanAllocator):
     """All queries at G=2 in one batch, then exhausted (a toy plug-in)."""
+    Settings = OnceSettings
 
     def __init__(self, num_queries, seed):
       self.num_queries, self.seed, self.rows_per_batch = num_queries, seed, 2 * num_queries
@@ -408,9 +424,10 @@ def test_registry_takes_a_new_allocator_with_one_decorator():
       return allocators.BatchPlan(np.arange(self.num_queries), np.full(self.num_queries, 2),
                                   'once')
 
-  config = default_config()
-  config.method = 'every_query_once_test'
   try:
+    config = default_config()
+    assert config.every_query_once_test.group_size == 2  # its section, from its Settings
+    config.method = 'every_query_once_test'
     alloc = allocators.make_allocator(config, num_queries=3)
     fake = FakeRollouts([np.ones(6)])
     assert alloc.fill_batch(fake).layout.num_valid_rows == 6

@@ -81,7 +81,8 @@ def test_sequence_longer_than_model():
 def test_rows_not_multiple_of_group_size_and_method():
   c = config()
   c.train.rows_per_batch = 60
-  with pytest.raises(ValueError, match='rows_per_batch=60 is not a multiple of the group size 8'):
+  with pytest.raises(ValueError, match='train.rows_per_batch=60 is not a multiple of the '
+                     r'largest group size 8 \(group sizes \(2, 4, 8\)\)'):
     config_check.check_config(c)
   c = config(method='ppo')
   with pytest.raises(ValueError, match="config.method='ppo'"):
@@ -246,3 +247,52 @@ def test_eval_budget_fractions_are_checked(fractions, message):
     config_check.check_config(c)
   c.eval.at_budget_fractions = (0.25, 0.5, 1.0)
   config_check.check_config(c)
+
+
+def _leaves(tree, prefix=''):
+  for key, value in sorted(tree.items()):
+    if isinstance(value, dict):
+      yield from _leaves(value, f'{prefix}{key}.')
+    else:
+      yield f'{prefix}{key}', value
+
+
+def test_defaults_equal_the_snapshot_of_commit_09e509c():
+  """The allocator sections built from the settings dataclasses, and the regimes set by
+  configs/regimes.py, give the configs of 09e509c (when each section was written out in
+  defaults.py and the regimes lived there) value for value and type for type; the snapshot
+  is written by tests/fixtures/make_config_snapshot.py from that commit's file."""
+  import json
+  with open(os.path.join(REPO, 'tests', 'fixtures', 'config_09e509c.json')) as f:
+    snapshot = json.load(f)['configs']
+  assert '' in snapshot and 'regime=paper_like' in snapshot
+  for arg, expected in snapshot.items():
+    tree = _config_module('default').get_config(arg).to_dict()
+    values, types = _with_intended_changes(expected['values'], expected['types'])
+    assert json.dumps(tree, sort_keys=True) == json.dumps(values, sort_keys=True), arg
+    assert {k: type(v).__name__ for k, v in _leaves(tree)} == types, arg
+
+
+# Deliberate changes to the defaults since the snapshot, each with its reason; anything else
+# that differs from 09e509c is a regression of the move.
+INTENDED_CHANGES = {
+    # Unset clip bounds resolve to the chosen loss's paper bounds (rl/losses.py
+    # DEFAULT_CLIP_BOUNDS), so GSPO and CISPO no longer inherit PPO's 0.2 / 0.28.
+    'train.clip_eps_low': None,
+    'train.clip_eps_high': None,
+}
+
+
+def _with_intended_changes(values, types):
+  import copy
+  values, types = copy.deepcopy(values), dict(types)
+  for key, value in INTENDED_CHANGES.items():
+    *path, leaf = key.split('.')
+    node = values
+    for part in path:
+      node = node[part]
+    if leaf in node:
+      node[leaf] = value
+      types[key] = type(value).__name__
+  return values, types
+

@@ -14,8 +14,12 @@ from sgpo_jax.config import defaults as default_config
 ALL1, ALL0, MIXED = [1, 1, 1, 1], [0, 0, 0, 0], [0, 1, 0, 1]
 
 
-def kinds(history):
-  return [greso.group_kind(np.asarray(r, float)) for r in history]
+def streaks_after(history):
+  """(easy, hard) streaks after a prompt's whole history of groups, oldest first."""
+  easy, hard = 0, 0
+  for rewards in history:
+    easy, hard = greso.update_streaks(easy, hard, greso.group_kind(np.asarray(rewards, float)))
+  return easy, hard
 
 
 @pytest.mark.parametrize('history, easy, hard', [
@@ -27,7 +31,7 @@ def kinds(history):
     ([], 0, 0),
 ])
 def test_streaks_count_the_most_recent_run_of_one_kind(history, easy, hard):
-  assert greso.replay_history(kinds(history)) == (easy, hard)
+  assert streaks_after(history) == (easy, hard)
 
 
 def test_group_kind_is_exact_and_splits_all_correct_from_all_wrong():
@@ -47,7 +51,7 @@ def test_group_kind_is_exact_and_splits_all_correct_from_all_wrong():
     ([ALL0], 0.3, 0.7, 0.3),
 ])
 def test_skip_probability_from_history(history, p_easy, p_hard, expected):
-  easy, hard = greso.replay_history(kinds(history))
+  easy, hard = streaks_after(history)
   assert greso.skip_probability(easy, hard, p_easy, p_hard, 0.01) == pytest.approx(expected)
 
 
@@ -59,15 +63,19 @@ def test_adapt_moves_toward_the_target_and_stays_in_range():
 
 
 def test_settings_defaults_are_the_papers_and_bad_values_are_named():
-  s = greso.GRESOSettings(**config_check.section_values('greso',
-                                                        default_config.get_config().greso))
+  s = greso.GRESOSettings.from_config(default_config.get_config().greso)
+  assert s == greso.GRESOSettings()  # the config section is built from the field defaults
   assert (s.p_easy_init, s.p_hard_init, s.delta, s.p_min, s.p_max, s.p_floor) == \
       (0.5, 0.5, 0.01, 0.05, 0.95, 0.01)
   assert s.target_easy == pytest.approx(0.25 / 3) and s.target_hard == pytest.approx(0.5 / 3)
   with pytest.raises(ValueError, match='greso.p_easy_init=0.99'):
     greso.GRESOSettings(p_easy_init=0.99)
-  with pytest.raises(ValueError, match='p_eassy_init'):
-    config_check.section_values('greso', {'p_eassy_init': 0.5})
+  with pytest.raises(ValueError, match=r"unknown greso settings \['p_eassy_init'\]"):
+    greso.GRESOSettings.from_config({'p_eassy_init': 0.5})
+  c = default_config.get_config('method=greso')
+  c.greso.p_floor = 1.0
+  with pytest.raises(ValueError, match=r'greso.p_floor=1.0 must be in \[0, 1\)'):
+    config_check.check_config(c)
 
 
 def _feed(alloc, plan, rewards_by_query, rows=16):

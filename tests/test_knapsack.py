@@ -81,7 +81,7 @@ def test_allocator_sizes_follow_the_last_success_rates_within_one_static_batch()
   for _ in range(4):
     plan = alloc.next_plan()
     p = np.array([alloc.success[q] for q in plan.query_index])
-    assert plan.group_size.tolist() == knapsack.allocate(p, s, 16).tolist()
+    assert plan.group_size.tolist() == knapsack.choose_group_sizes(p, s, 16).tolist()
     assert plan.num_rows <= 16 and plan.rows(16).valid_R.size == 16
     _feed(alloc, plan, success, 16)
 

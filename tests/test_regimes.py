@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import collections
 import math
+import pathlib
 
 import pytest
 
 from sgpo_jax.config import check as config_check
 from sgpo_jax.config import defaults as default_config
+from sgpo_jax.config.args import load_config_module
 from sgpo_jax.data import loading as data_lib
 from sgpo_jax.generate import evaluate as evaluate_lib
 from sgpo_jax.model import flops as flops_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.data.loading import load_queries
 from sgpo_jax.tasks import arithmetic
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[1] / 'configs'
+regimes = load_config_module(str(CONFIGS / 'regimes.py'))
+default_file = load_config_module(str(CONFIGS / 'default.py'))  # its regime=NAME: the same
 
 
 def test_accuracy_se_is_binomial():
@@ -64,31 +70,35 @@ def test_mixed_pool_names_the_level_that_runs_out():
 
 
 def test_regime_args_select_named_blocks():
-  for regime in default_config.REGIMES:
+  for regime in regimes.REGIMES:
     for method in ('sgpo', 'grpo', 'dapo'):
-      c = default_config.get_config(f'regime={regime},method={method}')
+      c = default_file.get_config(f'regime={regime},method={method}')
       config_check.check_config(c, num_devices=1)
       assert c.regime == regime and c.method == method
       assert c.train.flops_budget > 0 and c.data.rl_pool_size > 0
-  assert default_config.get_config().regime == ''
+      assert c == regimes.get_config(f'method={method},regime={regime}')
+  assert default_config.get_config().regime == '' == default_file.get_config().regime
+  assert regimes.get_config().regime == 'default'
   with pytest.raises(ValueError, match="regime='paperlike' is not one of"):
-    default_config.get_config('regime=paperlike')
+    default_file.get_config('regime=paperlike')
   with pytest.raises(ValueError, match="unknown config arg 'regim'"):
-    default_config.get_config('regim=default')
+    default_file.get_config('regim=default')
+  with pytest.raises(ValueError, match="unknown config arg 'regime'"):
+    default_config.get_config('regime=default')  # the package's config has no regimes
 
 
 def test_default_and_small_pool_share_the_readme_runs_initial_policy():
   from sgpo_jax.rl import warm_start
   readme = default_config.get_config()
   for regime in ('default', 'small_pool'):
-    c = default_config.get_config(f'regime={regime}')
+    c = default_file.get_config(f'regime={regime}')
     assert warm_start.cache_key(c) == warm_start.cache_key(readme), regime
   # paper_like has its own pool and warm start; every method of a regime starts from the
   # same policy.
-  assert warm_start.cache_key(default_config.get_config('regime=paper_like')) != \
+  assert warm_start.cache_key(default_file.get_config('regime=paper_like')) != \
       warm_start.cache_key(readme)
-  for regime in default_config.REGIMES:
-    keys = {warm_start.cache_key(default_config.get_config(f'regime={regime},method={m}'))
+  for regime in regimes.REGIMES:
+    keys = {warm_start.cache_key(default_file.get_config(f'regime={regime},method={m}'))
             for m in ('sgpo', 'grpo', 'dapo', 'greso', 'knapsack', 'sgpo_bayes')}
     assert len(keys) == 1, regime
 
@@ -97,7 +107,7 @@ def test_paper_like_pool_eval_and_warm_start_data():
   """paper_like: pool and eval share one difficulty mix; the warm start sees every query of
   levels 1-3 and only the last 10% of level 4, none of them in the RL pool."""
   from sgpo_jax.rl import warm_start
-  c = default_config.get_config('regime=paper_like')
+  c = default_file.get_config('regime=paper_like')
   full = load_queries(c.data, 'train', seed=c.data.seed)
   evals = load_queries(c.data, 'test', seed=c.data.seed)
   weights = c.data.difficulty_weights
@@ -175,11 +185,11 @@ def test_rl_pool_prefix_and_errors():
     data_lib.rl_pool(queries, c.data)
 
 
-@pytest.mark.parametrize('regime', default_config.REGIMES)
+@pytest.mark.parametrize('regime', regimes.REGIMES)
 def test_regime_budget_lets_grpo_see_the_pool(regime):
   """paper_like: GRPO sees every prompt >= 2 times within the budget even if every rollout
   ran to max_new_tokens; the others: at least one epoch's worth."""
-  c = default_config.get_config(f'regime={regime},method=grpo')
+  c = default_file.get_config(f'regime={regime},method=grpo')
   step = flops_lib.rl_step_flops_bound(model_lib.ModelConfig.from_config(c.model),
                                        c.train.rows_per_batch, c.sampling.max_prompt_len,
                                        c.sampling.max_new_tokens, c.train.mu)

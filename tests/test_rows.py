@@ -26,10 +26,10 @@ def test_layout_rows_refuses_to_overflow():
     rows.layout_rows([1, 2, 3], [8, 8, 2], 16)
 
 
-def test_validate_rows_per_batch():
-  rows.validate_rows_per_batch(64, (2, 4, 8))
+def test_check_rows_per_batch():
+  rows.check_rows_per_batch(64, (2, 4, 8))
   with pytest.raises(ValueError,
                      match='rows_per_batch=60 is not a multiple of the largest group size 8'):
-    rows.validate_rows_per_batch(60, (2, 4, 8))
+    rows.check_rows_per_batch(60, (2, 4, 8))
   with pytest.raises(ValueError, match='group size 6'):
-    rows.validate_rows_per_batch(16, (2, 6, 8))
+    rows.check_rows_per_batch(16, (2, 6, 8))

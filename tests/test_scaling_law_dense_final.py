@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sgpo_jax.config import defaults as default_config
+from sgpo_jax.config.args import load_config_module
 from sgpo_jax.scaling_law.runs import RunRecord
 from sgpo_jax.train import eval_due
 
@@ -48,7 +48,7 @@ def test_thinning_a_dense_schedule_gives_the_trainers_standard_schedule():
   before step 1): the dense run's readings thinned = the standard run's readings."""
   dense_final = _script()
   rng = np.random.default_rng(0)
-  standard = default_config.REGIME_EVAL_FRACTIONS
+  standard = load_config_module(str(REPO / 'configs' / 'regimes.py')).REGIME_EVAL_FRACTIONS
   dense = tuple(sorted(set(standard) | {round(0.955 + 0.005 * i, 3) for i in range(9)}))
   budget = 1.5e12
   for trial in range(20):

@@ -93,16 +93,16 @@ def test_bad_inputs_raise():
     sgpo.group_size_for(0.5, group_sizes=())
 
 
-def test_assign_group_sizes_counts_equal_floats():
+def test_group_size_for_counts_equals_floats():
+  """k/8 as exact counts (what a profile's QueryProfile holds) and as floats bucket alike."""
   k = np.arange(1, 9)
-  from_counts = sgpo.assign_group_sizes(n_correct_Q=k, n_samples_Q=np.full(8, 8))
-  from_floats = sgpo.assign_group_sizes(k / 8)
+  profile = sgpo.QueryProfile.from_counts(k, 8)
+  from_counts = [sgpo.group_size_for(p) for p in profile.fractions()]
+  from_floats = [sgpo.group_size_for(p) for p in k / 8]
   expected = [PAPER_TABLE[int(i)] for i in k]
-  np.testing.assert_array_equal(from_counts, expected)
-  np.testing.assert_array_equal(from_floats, expected)
-  assert from_counts.dtype == np.int32
+  assert from_counts == expected == from_floats
   with pytest.raises(ValueError, match='n_correct=9'):
-    sgpo.assign_group_sizes(n_correct_Q=[9], n_samples_Q=[8])
+    sgpo.QueryProfile.from_counts([9], [8])
 
 
 # -- allocate --------------------------------------------------------------------------

@@ -4,8 +4,9 @@ Baselines are other allocators, not other trainers: the RL loop in `train.py` as
 allocator selected by `config.method` for each batch and never names a method.
 
 Interface (`base.py`):
-- `Allocator.from_config(config, num_queries, profile=None)` builds it; typed settings
-  (a frozen dataclass per config section) are validated once, by `config_check`.
+- `Allocator.from_config(config, num_queries, profile=None)` builds it; its typed settings
+  (`Settings`, a frozen `AllocatorSettings` dataclass for section `config.<name>`) own the
+  section's defaults and range checks (`settings.py`).
 - `Allocator.fill_batch(rollout_fn) -> FilledBatch | None`: the allocator plans prompts
   and group sizes, calls `rollout_fn(layout, round_index=None, category='rollout')` as
   many times as it needs (DAPO: one call per generation round; a GRESO-style allocator
@@ -21,20 +22,24 @@ Interface (`base.py`):
 - Plan-per-batch allocators subclass `PlanAllocator` and write only `next_plan()` (and
   `observe()` if they learn from rewards). `EpochCursor` is the shuffled-epoch walk.
 
-Adding an allocator `foo`:
-1. `sgpo_jax/allocators/foo.py`: a settings dataclass (built with
-   `config_check.section_values('foo', config.foo)`), a state dataclass, and a class
-   decorated `@register_allocator('foo')` implementing `from_config` and `fill_batch`
-   (or `next_plan` on a `PlanAllocator`).
+The registry (`registered()`, `registered_settings()`) is what the config reads: the default
+config has one section per registered allocator, built from its settings' defaults, and
+the config check runs each section through its settings' checks.
+
+Adding an allocator `foo` (worked example: docs/architecture.md):
+1. `sgpo_jax/allocators/foo.py`: a settings dataclass (`FooSettings(AllocatorSettings)`,
+   section 'foo', defaults as field defaults, range checks in `check`), a state dataclass,
+   and a class decorated `@register_allocator('foo')` with `Settings = FooSettings`,
+   implementing `from_config` and `fill_batch` (or `next_plan` on a `PlanAllocator`).
 2. One import line below (the registry line).
-3. Its config section `c.foo` in `default_config.py` and its range checks
-   (`check_foo`, listed in `SECTION_CHECKS`) in `config_check.py`.
-4. Tests in `tests/test_allocators.py` (plans, resume via `state_dict`).
+3. Tests (plans, resume via `state_dict`).
 """
 
 from sgpo_jax.allocators.base import (Allocator, BatchPlan, EpochCursor, FilledBatch,
                                       PlanAllocator, Rollout, RolloutFn, allocator_class,
-                                      make_allocator, register_allocator, registered)
+                                      make_allocator, register_allocator, registered,
+                                      registered_settings)
+from sgpo_jax.allocators.settings import AllocatorSettings
 # The registry: one line per allocator module.
 from sgpo_jax.allocators.grpo import GRPOAllocator, GRPOSettings  # noqa: I001
 from sgpo_jax.allocators.dapo import (DAPOAllocator, DAPOBatch, DAPOBatchBuilder,
@@ -45,8 +50,10 @@ from sgpo_jax.allocators.knapsack.allocator import KnapsackAllocator
 from sgpo_jax.allocators.sgpo_bayes.allocator import BayesAllocator, BayesSettings
 
 __all__ = [
-    'Allocator', 'BayesAllocator', 'BayesSettings', 'BatchPlan', 'DAPOAllocator', 'DAPOBatch', 'DAPOBatchBuilder', 'DAPOSettings',
-    'EpochCursor', 'FilledBatch', 'GRESOAllocator', 'GRPOAllocator', 'GRPOSettings',
-    'KnapsackAllocator', 'PlanAllocator', 'Rollout', 'RolloutFn', 'SGPOAllocator', 'allocator_class', 'dapo_keep_groups', 'make_allocator',
-    'register_allocator', 'registered',
+    'Allocator', 'AllocatorSettings', 'BayesAllocator', 'BayesSettings', 'BatchPlan',
+    'DAPOAllocator', 'DAPOBatch', 'DAPOBatchBuilder', 'DAPOSettings', 'EpochCursor',
+    'FilledBatch', 'GRESOAllocator', 'GRPOAllocator', 'GRPOSettings', 'KnapsackAllocator',
+    'PlanAllocator', 'Rollout', 'RolloutFn', 'SGPOAllocator', 'allocator_class',
+    'dapo_keep_groups', 'make_allocator', 'register_allocator', 'registered',
+    'registered_settings',
 ]

@@ -29,6 +29,7 @@ import numpy as np
 from sgpo_jax.allocators.sgpo import allocation as sgpo
 from sgpo_jax.allocators.rows import RowLayout
 from sgpo_jax.allocators import rows as rows_lib
+from sgpo_jax.allocators.settings import AllocatorSettings
 
 
 def stream_rng(*keys: int) -> np.random.Generator:
@@ -133,6 +134,8 @@ def _like(saved: Any, current: Any) -> Any:
 class Allocator(abc.ABC):
   """Base of every allocator; see the module docstring for the contract."""
   name: ClassVar[str] = ''
+  # Its settings dataclass: defaults and checks of config.<name> (`settings.py`).
+  Settings: ClassVar[type[AllocatorSettings]]
   # True: the trainer profiles the pool under the initial policy first and passes the
   # resulting `sgpo.Allocation` to `from_config` (and logs p_hat per batch).
   needs_profile: ClassVar[bool] = False
@@ -245,11 +248,17 @@ _REGISTRY: dict[str, type[Allocator]] = {}
 
 
 def register_allocator(name: str) -> Callable[[type[Allocator]], type[Allocator]]:
-  """Class decorator: makes `config.method=name` select this allocator."""
+  """Class decorator: makes `config.method=name` select this allocator, and its `Settings`
+  (section `name`) a section of the default config and of the config checks."""
   def register(cls: type[Allocator]) -> type[Allocator]:
     if name in _REGISTRY and _REGISTRY[name] is not cls:
       raise ValueError(f'allocator {name!r} is already registered by '
                        f'{_REGISTRY[name].__qualname__}')
+    settings = cls.__dict__.get('Settings')
+    if settings is None or settings.section != name:
+      raise ValueError(f'allocator {cls.__qualname__} registered as {name!r} needs its own '
+                       f"`Settings` class with section = {name!r} (config.{name}); got "
+                       f"{getattr(settings, 'section', None)!r}")
     cls.name = name
     _REGISTRY[name] = cls
     return cls
@@ -257,7 +266,13 @@ def register_allocator(name: str) -> Callable[[type[Allocator]], type[Allocator]
 
 
 def registered() -> tuple[str, ...]:
+  """The allocator names config.method may take, sorted."""
   return tuple(sorted(_REGISTRY))
+
+
+def registered_settings() -> tuple[tuple[str, type[AllocatorSettings]], ...]:
+  """(config section, settings class) of every registered allocator, sorted by name."""
+  return tuple((name, _REGISTRY[name].Settings) for name in registered())
 
 
 def allocator_class(method: str) -> type[Allocator]:

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from sgpo_jax.config import check as config_check
 from sgpo_jax.allocators.base import FilledBatch, Rollout, RolloutFn, register_allocator
 from sgpo_jax.allocators.grpo import GRPOAllocator
 from sgpo_jax.allocators.rows import RowLayout
+from sgpo_jax.allocators.settings import AllocatorSettings, require
 
 
 def dapo_keep_groups(rewards_R: np.ndarray, group_id_R: np.ndarray, valid_R: np.ndarray,
@@ -195,23 +195,22 @@ class DAPOBatchBuilder:
 
 
 @dataclasses.dataclass(frozen=True)
-class DAPOSettings:
-  """config.dapo, typed and range-checked (config_check.check_dapo)."""
-  group_size: int
-  max_rounds: int
+class DAPOSettings(AllocatorSettings):
+  """config.dapo: its defaults and range checks."""
+  section: ClassVar[str] = 'dapo'
+  group_size: int = 8
+  max_rounds: int = 4  # generation rounds per batch before padding the rest
 
-  def __post_init__(self) -> None:
-    config_check.check_dapo(dataclasses.asdict(self))
-
-  @classmethod
-  def from_config(cls, section: Any = None) -> DAPOSettings:
-    return cls(**config_check.section_values('dapo', section))
+  def check(self) -> None:
+    require(self.group_size >= 1, f'dapo.group_size={self.group_size} must be >= 1.')
+    require(self.max_rounds >= 1, f'dapo.max_rounds={self.max_rounds} must be >= 1.')
 
 
 @register_allocator('dapo')
 class DAPOAllocator(GRPOAllocator):
   """Rounds of R/G fresh prompts (the GRPO pool walk, phase 'dapo') until one batch of
   informative groups is full or max_rounds rounds have run."""
+  Settings = DAPOSettings
 
   def __init__(self, num_queries: int, group_size: int, rows_per_batch: int,
                max_rounds: int, seed: int = 0):

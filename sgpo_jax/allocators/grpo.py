@@ -3,28 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from sgpo_jax.config import check as config_check
 from sgpo_jax.allocators.base import BatchPlan, EpochCursor, PlanAllocator, register_allocator
 from sgpo_jax.allocators import rows as rows_lib
+from sgpo_jax.allocators.settings import AllocatorSettings, require
 
 _GRPO_STREAM = 0x6290  # seed-sequence tag of the pool walk
 
 
 @dataclasses.dataclass(frozen=True)
-class GRPOSettings:
-  """config.grpo, typed and range-checked (config_check.check_grpo)."""
-  group_size: int
+class GRPOSettings(AllocatorSettings):
+  """config.grpo: its defaults and range checks."""
+  section: ClassVar[str] = 'grpo'
+  group_size: int = 8
 
-  def __post_init__(self) -> None:
-    config_check.check_grpo(dataclasses.asdict(self))
-
-  @classmethod
-  def from_config(cls, section: Any = None) -> GRPOSettings:
-    return cls(**config_check.section_values('grpo', section))
+  def check(self) -> None:
+    require(self.group_size >= 1, f'grpo.group_size={self.group_size} must be >= 1.')
 
 
 @dataclasses.dataclass
@@ -39,11 +36,12 @@ class GRPOAllocator(PlanAllocator):
   Batches run across epoch boundaries (no padding); with fewer queries than R/G a query
   can appear twice in one batch as two independent groups.
   """
+  Settings = GRPOSettings
 
   def __init__(self, num_queries: int, group_size: int, rows_per_batch: int, seed: int = 0):
     if num_queries < 1:
       raise ValueError(f'num_queries={num_queries}: the training pool is empty')
-    rows_lib.validate_rows_per_batch(rows_per_batch, (group_size,))
+    rows_lib.check_rows_per_batch(rows_per_batch, (group_size,))
     self.num_queries = int(num_queries)
     self.group_size = int(group_size)
     self.rows_per_batch = int(rows_per_batch)

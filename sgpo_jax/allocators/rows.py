@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
 
 
-def check_group_sizes(group_sizes: Sequence[int]) -> tuple[int, ...]:
-  sizes = tuple(sorted({int(g) for g in group_sizes}))
-  if not sizes or sizes[0] < 1:
-    raise ValueError(f'group_sizes={tuple(group_sizes)} must be a non-empty set of positive '
-                     'integers, e.g. (2, 4, 8)')
-  return sizes
-
-
+def check_group_sizes(group_sizes: Sequence[int], name: str = 'group_sizes',
+                      minimum: int = 1) -> tuple[int, ...]:
+  """The sorted distinct sizes of a non-empty collection of integers >= minimum; else a
+  ValueError naming `name` (e.g. 'sgpo.group_sizes')."""
+  sizes = tuple(group_sizes)
+  if not sizes or not all(isinstance(g, numbers.Integral) and not isinstance(g, bool)
+                          and g >= minimum for g in sizes):
+    why = (' (a group of 1 never has both a success and a failure)' if minimum == 2 else '')
+    raise ValueError(f'{name}={sizes} must be a non-empty set of integers >= {minimum}{why}, '
+                     'e.g. (2, 4, 8)')
+  return tuple(sorted({int(g) for g in sizes}))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,17 +65,19 @@ def _lcm(values: Sequence[int]) -> int:
   return out
 
 
-def validate_rows_per_batch(rows_per_batch: int, group_sizes: Sequence[int]) -> None:
-  """Raises ValueError unless rows_per_batch is a positive multiple of every group size."""
+def check_rows_per_batch(rows_per_batch: int, group_sizes: Sequence[int],
+                            name: str = 'rows_per_batch') -> None:
+  """Raises ValueError unless rows_per_batch is a positive multiple of every group size
+  (the message calls it `name`, e.g. 'train.rows_per_batch')."""
   sizes = check_group_sizes(group_sizes)
   if rows_per_batch < 1:
-    raise ValueError(f'rows_per_batch={rows_per_batch} must be positive')
+    raise ValueError(f'{name}={rows_per_batch} must be positive')
   bad = [g for g in sizes if rows_per_batch % g]
   if bad:
     lcm = _lcm(sizes)
     suggestion = max(lcm, rows_per_batch // lcm * lcm)
     which = ('the largest group size' if bad[-1] == sizes[-1] else 'the group size')
-    raise ValueError(f'rows_per_batch={rows_per_batch} is not a multiple of {which} '
+    raise ValueError(f'{name}={rows_per_batch} is not a multiple of {which} '
                      f'{bad[-1]} (group sizes {sizes}); use a multiple of {lcm}, e.g. '
                      f'{suggestion}')
 

@@ -60,16 +60,22 @@ def parse_arg(arg: str | None, **spec: Any) -> dict[str, Any]:
   return out
 
 
-def load_sibling_config(config_file: str, name: str) -> Any:
-  """The module `name`.py from the directory of `config_file` (a config file's `__file__`).
-
-  Config files are loaded by path (ml_collections' config_flags), not imported as a package,
-  so a config that builds on another one loads it through this.
-  """
+def load_config_module(path: str) -> Any:
+  """The config file at `path` as a module (config files are loaded by path, as
+  ml_collections' config_flags does, not imported as a package): e.g. `configs/regimes.py`
+  for its REGIMES and get_config."""
   import importlib.util
   import os
-  path = os.path.join(os.path.dirname(os.path.abspath(config_file)), f'{name}.py')
+  name = os.path.splitext(os.path.basename(path))[0]
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+def load_sibling_config(config_file: str, name: str) -> Any:
+  """The module `name`.py from the directory of `config_file` (a config file's `__file__`),
+  for a config that builds on another one."""
+  import os
+  return load_config_module(os.path.join(os.path.dirname(os.path.abspath(config_file)),
+                                         f'{name}.py'))

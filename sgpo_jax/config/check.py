@@ -1,23 +1,19 @@
 """Config validation: every mistake a config can hold fails here, before any compute.
 
-The schema is `configs/default.py`: a field it does not have is unknown (a typo), and a
-value whose type differs from the default's is wrong (ints are accepted where floats are
-expected). Cross-field checks name the field and the fix.
+The schema is the embedded default (`defaults.get_config()`): a field it does not have is
+unknown (a typo), and a value whose type differs from the default's is wrong (ints are
+accepted where floats are expected). Each allocator section is checked by its settings
+class, through the allocator registry. Cross-field checks name the field and the fix.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-from collections.abc import Mapping
 from typing import Any
 
 import ml_collections
 
-from sgpo_jax.allocators.sgpo_bayes import posterior as bayes
+from sgpo_jax import allocators
 from sgpo_jax.config import defaults as default_lib
-
-ROUNDINGS = ('down', 'up', 'nearest')
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -25,175 +21,16 @@ def default_config() -> ml_collections.ConfigDict:
   return default_lib.get_config()
 
 
-# ----------------------------------------------------------------------------------------
-# Allocator sections: range checks on plain mappings (a config section or a settings
-# dataclass as a dict), so the typed settings and check_config share them.
-
-
 def _require(ok: bool, message: str) -> None:
   if not ok:
     raise ValueError(message)
 
 
-def check_group_sizes(section: str, group_sizes: Any) -> None:
-  sizes = tuple(group_sizes)
-  _require(len(sizes) > 0 and all(isinstance(g, int) and not isinstance(g, bool) and g >= 1
-                                  for g in sizes),
-           f'{section}.group_sizes={sizes} must be a non-empty tuple of positive ints.')
-
-
-def check_sgpo(s: Mapping[str, Any]) -> None:
-  _require(0.0 <= s['trivial_threshold'] <= 1.0,
-           f"sgpo.trivial_threshold={s['trivial_threshold']} must be in [0, 1].")
-  _require(0.0 <= s['unsolved_keep_fraction'] <= 1.0,
-           f"sgpo.unsolved_keep_fraction={s['unsolved_keep_fraction']} must be in [0, 1].")
-  check_group_sizes('sgpo', s['group_sizes'])
-  _require(s['rounding'] in ROUNDINGS,
-           f"sgpo.rounding={s['rounding']!r} is not one of {ROUNDINGS}.")
-  _require(s['phase_epochs'] > 0, f"sgpo.phase_epochs={s['phase_epochs']} must be > 0.")
-  _require(s['phase_plateau_window'] >= 0,
-           f"sgpo.phase_plateau_window={s['phase_plateau_window']} must be >= 0 (0 = off).")
-  _require(0.0 <= s['trivial_replay_fraction'] < 1.0,
-           f"sgpo.trivial_replay_fraction={s['trivial_replay_fraction']} must be in [0, 1).")
-  _require(s['prior_strength'] >= 0,
-           f"sgpo.prior_strength={s['prior_strength']} must be >= 0.")
-  _require(s['prior_eps'] > 0, f"sgpo.prior_eps={s['prior_eps']} must be > 0.")
-
-
-def check_grpo(s: Mapping[str, Any]) -> None:
-  _require(s['group_size'] >= 1, f"grpo.group_size={s['group_size']} must be >= 1.")
-
-
-def check_dapo(s: Mapping[str, Any]) -> None:
-  _require(s['group_size'] >= 1, f"dapo.group_size={s['group_size']} must be >= 1.")
-  _require(s['max_rounds'] >= 1, f"dapo.max_rounds={s['max_rounds']} must be >= 1.")
-
-
-def check_greso(s: Mapping[str, Any]) -> None:
-  from sgpo_jax.allocators.greso import rule as greso
-  greso.GRESOSettings(**s)  # its __post_init__ names the bad field and the fix
-
-
-def check_knapsack(s: Mapping[str, Any]) -> None:
-  from sgpo_jax.allocators.knapsack import solver as knapsack
-  knapsack.KnapsackSettings(**s)
-
-
-def check_sgpo_bayes(s: Mapping[str, Any]) -> None:
-  _require(s['prior_alpha'] > 0 and s['prior_beta'] > 0,
-           f"sgpo_bayes.prior_alpha={s['prior_alpha']} and prior_beta={s['prior_beta']} must "
-           'be > 0.')
-  _require(len(s['group_sizes']) > 0 and min(s['group_sizes']) >= 2,
-           f"sgpo_bayes.group_sizes={tuple(s['group_sizes'])} must be sizes >= 2 (a group of "
-           '1 never has both a success and a failure).')
-  _require(1 <= s['profile_min_samples'] <= s['profile_max_samples'],
-           f"need 1 <= sgpo_bayes.profile_min_samples ({s['profile_min_samples']}) <= "
-           f"sgpo_bayes.profile_max_samples ({s['profile_max_samples']}).")
-  _require(0.0 <= s['settle_low'] <= s['settle_high'] <= 1.0,
-           f"need 0 <= sgpo_bayes.settle_low ({s['settle_low']}) <= sgpo_bayes.settle_high "
-           f"({s['settle_high']}) <= 1.")
-  _require(0.0 <= s['evidence_decay'] <= 1.0,
-           f"sgpo_bayes.evidence_decay={s['evidence_decay']} must be in [0, 1].")
-  _require(s['window'] >= 1, f"sgpo_bayes.window={s['window']} must be >= 1.")
-  _require(0.0 <= s['informative_floor'] <= 1.0,
-           f"sgpo_bayes.informative_floor={s['informative_floor']} must be in [0, 1].")
-  # An unseen prompt must start above the floor, or one all-equal group deprioritises almost
-  # every prompt and the candidates starve (group_sizes (2, 4, 8) with floor 0.25 ended runs
-  # with ~30 of 1024 prompts left and the accuracy falling).
-  min_g = min(s['group_sizes'])
-  prior_inf = float(bayes.informative_probability(s['prior_alpha'], s['prior_beta'], min_g))
-  _require(s['informative_floor'] < prior_inf,
-           f"sgpo_bayes.informative_floor={s['informative_floor']} must be below "
-           f"{prior_inf:.3f}, the informative probability of an unseen prompt (prior "
-           f"Beta({s['prior_alpha']}, {s['prior_beta']})) at the smallest group size {min_g}; "
-           'else one all-equal group deprioritises nearly every prompt. Lower it (e.g. '
-           f'{prior_inf * 0.8:.2f}) or drop the smallest group size.')
-  _require(0.0 <= s['revisit_floor'] <= s['revisit_base'] <= 1.0,
-           f"need 0 <= sgpo_bayes.revisit_floor ({s['revisit_floor']}) <= "
-           f"sgpo_bayes.revisit_base ({s['revisit_base']}) <= 1.")
-  _require(s['skip_side'] in ('both', 'easy'),
-           f"sgpo_bayes.skip_side={s['skip_side']!r} must be 'both' (deprioritise confidently "
-           "trivial and unsolved prompts) or 'easy' (trivial ones only).")
-  _require(s['pooled_prior'] in ('none', 'difficulty', 'pool'),
-           f"sgpo_bayes.pooled_prior={s['pooled_prior']!r} must be 'none' (every prompt starts "
-           "at the prior), 'difficulty' (an empirical-Bayes prior per difficulty level of the "
-           "queries) or 'pool' (one over the whole pool).")
-  _require(s['pooled_prior_strength'] >= 0,
-           f"sgpo_bayes.pooled_prior_strength={s['pooled_prior_strength']} must be >= 0 (the "
-           'base prior counts as this many seen prompts in a stratum).')
-  _require(s['pooled_max_concentration'] >= 0.5,
-           f"sgpo_bayes.pooled_max_concentration={s['pooled_max_concentration']} must be >= "
-           '0.5 (how many samples a stratum prior may be worth at most, e.g. 8).')
-  for flag in ('post_filter', 'profile', 'reshuffle', 'decay_by_passes', 'top_up_revisits',
-               'prioritise'):
-    _require(isinstance(s[flag], bool),
-             f'sgpo_bayes.{flag}={s[flag]!r} must be True or False.')
-  _require(0.0 <= s['epoch_cut'] < prior_inf,
-           f"sgpo_bayes.epoch_cut={s['epoch_cut']} must be in [0, {prior_inf:.3f}): 0 (off) "
-           'or below the informative probability of an unseen prompt, else an epoch of '
-           'unseen prompts ends before it starts. E.g. 0.3.')
-  _require(s['epoch_cut'] == 0.0 or s['prioritise'],
-           f"sgpo_bayes.epoch_cut={s['epoch_cut']} needs sgpo_bayes.prioritise=True (it "
-           'cuts the tail of an epoch served most promising first); set prioritise=True or '
-           'epoch_cut=0.')
-  _require(isinstance(s['max_rounds'], int) and not isinstance(s['max_rounds'], bool)
-           and s['max_rounds'] >= 1,
-           f"sgpo_bayes.max_rounds={s['max_rounds']!r} must be an integer >= 1 (training "
-           'rollout rounds per batch; 1 = no refill).')
-  _require(s['train_cost_per_row'] >= 0,
-           f"sgpo_bayes.train_cost_per_row={s['train_cost_per_row']} must be >= 0 (0: always "
-           'refill up to max_rounds).')
-
-
-# Every allocator's config section and its range checks; config.method must name one.
-SECTION_CHECKS = {'sgpo': check_sgpo, 'grpo': check_grpo, 'dapo': check_dapo,
-                  'greso': check_greso, 'knapsack': check_knapsack,
-                  'sgpo_bayes': check_sgpo_bayes}
-METHODS = tuple(SECTION_CHECKS)
-
-
-@functools.cache
-def _section_defaults_cached(name: str) -> tuple[tuple[str, Any], ...]:
-  return tuple(default_config()[name].to_dict().items())
-
-
-def _section_defaults(name: str) -> dict[str, Any]:
-  return dict(_section_defaults_cached(name))
-
-
-def section_values(name: str, section: Any = None) -> dict[str, Any]:
-  """config.<name> (a ConfigDict, a partial dict, or None) over the defaults, checked.
-
-  The defaults come from `default_config.py` only; a key that section does not have is
-  an error naming the known ones; tuples stay tuples.
-  """
-  defaults = _section_defaults(name)
-  if section is None:
-    given: dict[str, Any] = {}
-  elif isinstance(section, ml_collections.ConfigDict):
-    given = section.to_dict()
-  elif isinstance(section, Mapping):
-    given = dict(section)
-  else:
-    if not dataclasses.is_dataclass(section):
-      raise TypeError(f'config.{name}: expected a config section, a mapping or a settings '
-                      f'dataclass; got {type(section).__name__}')
-    given = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
-  unknown = sorted(set(given) - set(defaults))
-  _require(not unknown, f'unknown {name} settings {unknown}; known: {sorted(defaults)}.')
-  values = {**defaults, **given}
-  for key, value in values.items():
-    if isinstance(defaults[key], tuple):
-      values[key] = tuple(value)
-  SECTION_CHECKS[name](values)
-  return values
-
-
-def check_rows_per_batch(rows_per_batch: int, group_sizes: tuple[int, ...], method: str) -> None:
-  for g in group_sizes:
-    _require(g >= 1 and rows_per_batch % g == 0,
-             f'train.rows_per_batch={rows_per_batch} is not a multiple of the group size {g} '
-             f'({method}); choose a multiple of {max(group_sizes)}.')
+def check_allocator_sections(config: ml_collections.ConfigDict) -> None:
+  """Every allocator's section through its settings' range checks (the registry's), so a
+  bad value fails even in a section config.method does not use."""
+  for name, settings in allocators.registered_settings():
+    settings.from_config(config[name])
 
 
 def _type_ok(value: Any, default: Any) -> bool:
@@ -251,18 +88,18 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
   """Value ranges and choices of the non-allocator sections."""
   from sgpo_jax import tasks  # the registries of names (no cycle: none imports us)
   from sgpo_jax.data import loading as data
-  from sgpo_jax.rl import losses as grpo
+  from sgpo_jax.rl import losses
   d, s, t, es = config.data, config.sampling, config.train, config.train.early_stop
   _choice('data.source', d.source, data.SOURCES)
   _choice('data.reward', d.reward, tasks.REWARDS)
   _choice('data.bad_rows', d.bad_rows, ('error', 'skip'))
   _choice('tokenizer.kind', config.tokenizer.kind, ('char', 'hf'))
   _choice('train.schedule', t.schedule, ('constant', 'cosine'))
-  _choice('train.advantage', t.advantage, sorted(grpo.ADVANTAGE_ESTIMATORS))
-  _choice('train.loss_agg', t.loss_agg, sorted(grpo.LOSS_AGGREGATIONS))
-  _choice('train.kl_form', t.kl_form, sorted(grpo.KL_FORMS))
-  _choice('train.policy_loss', t.policy_loss, sorted(grpo.POLICY_LOSSES))
-  _choice('train.importance_level', t.importance_level, sorted(grpo.IMPORTANCE_RATIOS))
+  _choice('train.advantage', t.advantage, sorted(losses.ADVANTAGE_ESTIMATORS))
+  _choice('train.loss_agg', t.loss_agg, sorted(losses.LOSS_AGGREGATIONS))
+  _choice('train.kl_form', t.kl_form, sorted(losses.KL_FORMS))
+  _choice('train.policy_loss', t.policy_loss, sorted(losses.POLICY_LOSSES))
+  _choice('train.importance_level', t.importance_level, sorted(losses.IMPORTANCE_RATIOS))
   for name, value, low in (
       ('sampling.max_prompt_len', s.max_prompt_len, 1),
       ('sampling.max_new_tokens', s.max_new_tokens, 1),
@@ -281,7 +118,7 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
     _require(value >= low, f'{name}={value} must be >= {low}.')
   _require(t.learning_rate > 0, f'train.learning_rate={t.learning_rate} must be > 0.')
   # Unset bounds (None) take the chosen loss's defaults; the resolved values are checked.
-  clip_eps_low, clip_eps_high = grpo.resolve_clip_bounds(
+  clip_eps_low, clip_eps_high = losses.resolve_clip_bounds(
       t.policy_loss, t.importance_level, t.clip_eps_low, t.clip_eps_high)
   _require(clip_eps_high >= 0, f'train.clip_eps_high={clip_eps_high} must be >= 0.')
   _require(0 <= clip_eps_low <= 1,
@@ -330,8 +167,9 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
 def check_config(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
   """Raises ValueError naming the field and the fix; call before building anything."""
   check_schema(config, default_config())
-  if config.method not in METHODS:
-    raise ValueError(f'config.method={config.method!r}: choose one of {METHODS}.')
+  if config.method not in allocators.registered():
+    raise ValueError(f'config.method={config.method!r}: choose one of '
+                     f'{allocators.registered()}.')
   m, s, t = config.model, config.sampling, config.train
   total_len = s.max_prompt_len + s.max_new_tokens
   if total_len > m.max_len:
@@ -344,25 +182,17 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
       raise ValueError(f'sampling.{name}={s[name]} must be >= 1.')
   if s.engine not in ('static', 'continuous'):
     raise ValueError(f"sampling.engine={s.engine!r}: choose 'static' or 'continuous'.")
-  if t.pack_rows < 1:
-    raise ValueError(f'train.pack_rows={t.pack_rows} must be >= 1.')
-  if t.pack_len and t.pack_len < total_len:
-    raise ValueError(f'train.pack_len={t.pack_len} is shorter than a padded row '
-                     f'(max_prompt_len + max_new_tokens = {total_len}); set it >= {total_len} '
-                     'or 0.')
+  from sgpo_jax.rl import sequence_packing  # numpy only; not at import (no cycle via rl/)
+  sequence_packing.PackShape.for_batch(t.rows_per_batch, total_len, t.pack_rows, t.pack_len)
   if t.packing and t.importance_level == 'sequence':
     # A packed row holds several sequences; GSPO's ratio is a mean over one sequence.
     raise ValueError('train.packing=True with train.importance_level=sequence: the packed '
                      'step has no per-sequence ratio yet; set train.packing=False or '
                      'importance_level=token.')
-  for name, check in SECTION_CHECKS.items():
-    check(config[name])
+  check_allocator_sections(config)
   check_ranges(config)
-  section = config[config.method]
-  check_rows_per_batch(t.rows_per_batch, _group_sizes(section), config.method)
-  if config.method == 'knapsack' and config.knapsack.max_group_size > t.rows_per_batch:
-    raise ValueError(f'knapsack.max_group_size={config.knapsack.max_group_size} exceeds '
-                     f'train.rows_per_batch={t.rows_per_batch}; lower it.')
+  settings = allocators.allocator_class(config.method).Settings
+  settings.from_config(config[config.method]).check_rows_per_batch(t.rows_per_batch)
   if t.micro_batches < 1 or t.rows_per_batch % t.micro_batches:
     raise ValueError(f'train.micro_batches={t.micro_batches} must divide train.rows_per_batch='
                      f'{t.rows_per_batch}.')
@@ -379,9 +209,3 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
                        f'divisible by the mesh batch axes size {batch} (mesh.shape={shape}); '
                        f'use a multiple of {batch}.')
 
-
-def _group_sizes(section: Any) -> tuple[int, ...]:
-  """The group sizes an allocator section asks for: `group_sizes`, or one `group_size`."""
-  if 'group_sizes' in section:
-    return tuple(int(g) for g in section.group_sizes)
-  return (int(section.group_size),)

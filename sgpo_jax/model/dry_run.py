@@ -109,7 +109,7 @@ def dry_run(config: ml_collections.ConfigDict, num_devices: int | None = None,
   counts = flops_lib.param_counts(cfg)
   if counts['total'] != param_elems:
     raise AssertionError(f'flops.param_counts total {counts["total"]} != model parameters '
-                         f'{param_elems}; flops.py and model.py disagree.')
+                         f'{param_elems}; flops.py and transformer.py disagree.')
 
   mesh_shape = dict(mesh.shape)
   batch_shards = math.prod(mesh_shape.get(a, 1) for a in sharding_lib.BATCH_AXES)

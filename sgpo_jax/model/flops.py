@@ -1,4 +1,4 @@
-"""Analytic FLOPs ledger for the Llama/Qwen2 decoder in model.py.
+"""Analytic FLOPs ledger for the Llama/Qwen2 decoder in transformer.py.
 
 sGPO (arXiv 2606.08854) compares total training compute, profiling included; the
 conventions below are this project's.

@@ -1,6 +1,6 @@
 """The device mesh, logical->mesh axis rules, sharded parameter creation, host<->mesh data.
 
-Sharding is data, not code: every parameter carries logical axis names (model.py) and
+Sharding is data, not code: every parameter carries logical axis names (transformer.py) and
 `DEFAULT_RULES` maps each name to mesh axes. A logical axis whose size does not divide the
 mesh axes it maps to is replicated instead (e.g. a 16-token vocabulary over tp=3), so tiny
 test models run on any mesh. Batches shard their rows over `BATCH_AXES`.

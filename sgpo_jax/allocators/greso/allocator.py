@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax.config import check as config_check
 from sgpo_jax.allocators.greso import rule
 from sgpo_jax.allocators.base import (BatchPlan, EpochCursor, FilledBatch, RolloutFn,
                                       register_allocator, stream_rng)
@@ -45,6 +44,7 @@ class GRESOState:
 @register_allocator('greso')
 class GRESOAllocator(DAPOAllocator):
   """DAPO rounds with GRESO's pre-rollout skip; see the module docstring."""
+  Settings = rule.GRESOSettings
 
   def __init__(self, num_queries: int, settings: rule.GRESOSettings, rows_per_batch: int,
                seed: int = 0):
@@ -58,7 +58,7 @@ class GRESOAllocator(DAPOAllocator):
   @classmethod
   def from_config(cls, config: Any, num_queries: int, profile: Any = None) -> GRESOAllocator:
     del profile
-    settings = rule.GRESOSettings(**config_check.section_values('greso', config.greso))
+    settings = rule.GRESOSettings.from_config(config.greso)
     return cls(num_queries, settings, int(config.train.rows_per_batch), int(config.seed))
 
   @property

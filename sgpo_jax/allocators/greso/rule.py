@@ -19,31 +19,36 @@ skips prompts that are likely to give such a zero-variance group again:
 Defaults are the authors' (their public training scripts and trainer): p_easy = p_hard = 0.5
 at the start, total target 0.25, delta 0.01, p in [0.05, 0.95], floor 0.01, adaptation only
 after the first epoch. The allocator that applies the rule over the one RL loop is
-`allocators/greso.py`.
+`allocators/greso/allocator.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
+
 import numpy as np
+
+from sgpo_jax.allocators.settings import AllocatorSettings
 
 EASY, HARD, INFORMATIVE = 1, -1, 0
 
 
 @dataclasses.dataclass(frozen=True)
-class GRESOSettings:
-  """config.greso, typed; range-checked once (config_check.check_greso builds one)."""
+class GRESOSettings(AllocatorSettings):
+  """config.greso: its defaults (the authors') and range checks."""
+  section: ClassVar[str] = 'greso'
   group_size: int = 8
   max_rounds: int = 4  # generation rounds per batch before padding the rest (as DAPO)
-  p_easy_init: float = 0.5
-  p_hard_init: float = 0.5
-  target_zero_variance: float = 0.25  # split 1/3 easy, 2/3 hard
-  delta: float = 0.01
+  p_easy_init: float = 0.5  # keep probability base for all-correct streaks
+  p_hard_init: float = 0.5  # ... for all-wrong streaks
+  target_zero_variance: float = 0.25  # target share of zero-variance prompts (1/3 easy)
+  delta: float = 0.01  # controller step per training step
   p_min: float = 0.05
   p_max: float = 0.95
   p_floor: float = 0.01  # keep probability never below this, however long the streak
 
-  def __post_init__(self) -> None:
+  def check(self) -> None:
     if self.group_size < 2:
       raise ValueError(f'greso.group_size={self.group_size} must be >= 2 (a group of one '
                        'has no reward spread)')
@@ -114,12 +119,3 @@ def adapt_probability(p: float, observed_share: float, target_share: float, delt
   if observed_share >= target_share:
     return max(p - delta, p_min)
   return min(p + delta, p_max)
-
-
-def replay_history(kinds: list[int]) -> tuple[int, int]:
-  """The streaks after a whole history of outcomes (oldest first)."""
-  easy, hard = 0, 0
-  for kind in kinds:
-    easy, hard = update_streaks(easy, hard, kind)
-  return easy, hard
-

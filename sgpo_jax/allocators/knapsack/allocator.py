@@ -1,5 +1,5 @@
 """Knapsack RL (arXiv 2509.25849) as an allocator: R/G prompts a step from GRPO's pool
-walk, each at the group size the knapsack solve gives it (the math: `sgpo_jax/allocators/knapsack/solver.py`).
+walk, each at the group size the knapsack solve gives it (the math: `solver.py`).
 
 p of a prompt = the mean clipped reward of its last rollout group (settings.prior_success
 before its first). One plan per step, at most R rows (padding where the solve and its
@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax.config import check as config_check
-from sgpo_jax.allocators.knapsack import solver as rule
+from sgpo_jax.allocators.knapsack import solver
 from sgpo_jax.allocators.base import BatchPlan, EpochCursor, register_allocator
 from sgpo_jax.allocators.grpo import GRPOAllocator
 
@@ -31,12 +30,11 @@ class KnapsackState:
 @register_allocator('knapsack')
 class KnapsackAllocator(GRPOAllocator):
   """Knapsack-sized groups over GRPO's walk; see the module docstring."""
+  Settings = solver.KnapsackSettings
 
-  def __init__(self, num_queries: int, settings: rule.KnapsackSettings, rows_per_batch: int,
+  def __init__(self, num_queries: int, settings: solver.KnapsackSettings, rows_per_batch: int,
                seed: int = 0):
-    if settings.max_group_size > rows_per_batch:
-      raise ValueError(f'knapsack.max_group_size={settings.max_group_size} exceeds '
-                       f'train.rows_per_batch={rows_per_batch}; lower it')
+    settings.check_rows_per_batch(rows_per_batch)
     super().__init__(num_queries, settings.group_size, rows_per_batch, seed)
     self.settings = settings
     self.state = KnapsackState(EpochCursor(), np.full(self.num_queries, UNSEEN))
@@ -45,8 +43,7 @@ class KnapsackAllocator(GRPOAllocator):
   def from_config(cls, config: Any, num_queries: int, profile: Any = None
                   ) -> KnapsackAllocator:
     del profile
-    settings = rule.KnapsackSettings(**config_check.section_values('knapsack',
-                                                                   config.knapsack))
+    settings = solver.KnapsackSettings.from_config(config.knapsack)
     return cls(num_queries, settings, int(config.train.rows_per_batch), int(config.seed))
 
   @property
@@ -59,7 +56,7 @@ class KnapsackAllocator(GRPOAllocator):
 
   def next_plan(self) -> BatchPlan:
     query_index = super().next_plan().query_index
-    sizes = rule.allocate(self.success_estimate(query_index), self.settings,
+    sizes = solver.choose_group_sizes(self.success_estimate(query_index), self.settings,
                           self.rows_per_batch)
     return BatchPlan(query_index, sizes.astype(np.int32), self.name)
 

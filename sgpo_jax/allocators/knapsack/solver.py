@@ -14,32 +14,43 @@ Prompts with p in {0, 1} are worth 0 at any N, so the solve gives them the small
 the paper's fallback hands rows the solve leaves unused to the prompts it never sees
 solved (p = 0), round robin, up to the largest size (`fallback_fill`).
 
-The allocator that applies it over the one RL loop is `allocators/knapsack.py`.
+The allocator that applies it over the one RL loop is `allocators/knapsack/allocator.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import ClassVar
+
 import numpy as np
+
+from sgpo_jax.allocators.settings import AllocatorSettings
 
 
 @dataclasses.dataclass(frozen=True)
-class KnapsackSettings:
-  """config.knapsack, typed; range-checked once (config_check.check_knapsack builds one)."""
+class KnapsackSettings(AllocatorSettings):
+  """config.knapsack: its defaults and range checks."""
+  section: ClassVar[str] = 'knapsack'
   group_size: int = 8  # the homogeneous G whose budget is redistributed: R/G prompts a step
   min_group_size: int = 2
   max_group_size: int = 64
   prior_success: float = 0.5  # p of a prompt never rolled out
   fallback: bool = True  # unused rows go to prompts never solved (p = 0)
 
-  def __post_init__(self) -> None:
+  def check(self) -> None:
     if not 1 <= self.min_group_size <= self.group_size <= self.max_group_size:
       raise ValueError(f'knapsack: need 1 <= min_group_size ({self.min_group_size}) <= '
                        f'group_size ({self.group_size}) <= max_group_size '
                        f'({self.max_group_size})')
     if not 0.0 <= self.prior_success <= 1.0:
       raise ValueError(f'knapsack.prior_success={self.prior_success} must be in [0, 1]')
+
+  def check_rows_per_batch(self, rows_per_batch: int) -> None:
+    super().check_rows_per_batch(rows_per_batch)
+    if self.max_group_size > rows_per_batch:
+      raise ValueError(f'knapsack.max_group_size={self.max_group_size} exceeds '
+                       f'train.rows_per_batch={rows_per_batch}; lower it')
 
   @property
   def sizes(self) -> tuple[int, ...]:
@@ -120,8 +131,8 @@ def fallback_fill(n_P: np.ndarray, p_P: np.ndarray, budget: int, max_size: int) 
   return n_P
 
 
-def allocate(p_P: Sequence[float] | np.ndarray, settings: KnapsackSettings, budget: int
-             ) -> np.ndarray:
+def choose_group_sizes(p_P: Sequence[float] | np.ndarray, settings: KnapsackSettings,
+                       budget: int) -> np.ndarray:
   """Group size per prompt for one batch: the knapsack solve, then the fallback."""
   p_P = np.asarray(p_P, dtype=np.float64)
   n_P = solve(p_P, settings.sizes, budget)

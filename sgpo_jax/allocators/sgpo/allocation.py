@@ -1,18 +1,18 @@
 """sGPO allocation: from a difficulty profile to group sizes, phases and fixed-shape rows.
 
 Owns the pure, numpy-only part of sGPO (sGPO, arXiv 2606.08854):
-- `group_size_for` / `assign_group_sizes`: G = power-of-two bucket of 1/p_hat.
+- `group_size_for`: G = power-of-two bucket of 1/p_hat.
 - `allocate`: filtering (trivial dropped, a seeded subset of unsolved kept per phase),
   group sizes for learnable queries, and the curriculum (phases in increasing G) or one
   shuffled 'mix' phase. The result also carries the per-query fields of `profile.jsonl`
   and the counts of `summary.json`'s `profile` block.
-- `pack_rows`: fixed-shape packing of prompts with (possibly mixed) group sizes into
-  `rows_per_batch` rows with a group id per row and masked padding rows.
+- `SGPOSettings`: config.sgpo, its defaults and range checks.
+- `profile_bucket` / `bucket_settled`: what the allocation makes of partial profile counts
+  (profile.early_stop).
 
-- `SGPOSettings`: config.sgpo as a typed, checked dataclass (defaults: default_config.py).
-
-Profiling itself (sampling completions) lives in `profile.py`; iterating the allocation
-during training lives in `allocators/sgpo.py`.
+Profiling itself (sampling completions) lives in `generate/profiling.py`; iterating the
+allocation during training in `allocators/sgpo/allocator.py`; the fixed-shape row layout in
+`allocators/rows.py`.
 """
 
 from __future__ import annotations
@@ -21,14 +21,15 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from sgpo_jax.config import check as config_check
 from sgpo_jax.allocators.rows import check_group_sizes
+from sgpo_jax.allocators.settings import AllocatorSettings, require
 
 DEFAULT_GROUP_SIZES = (2, 4, 8)
+ROUNDINGS = ('down', 'up', 'nearest')  # of 1/p_hat onto the group sizes (`group_size_for`)
 # A float p_hat or threshold is read as the simplest fraction (denominator up to this) that
 # rounds to exactly that float, so 1/6 or 0.7 bucket as the fractions they stand for, while
 # 0.2500001 stays just above 1/4.
@@ -62,8 +63,8 @@ def _floor_log2(x: Fraction) -> int:
 
 
 def _check_rounding(rounding: str) -> None:
-  if rounding not in config_check.ROUNDINGS:
-    raise ValueError(f"rounding={rounding!r} is not one of {config_check.ROUNDINGS}")
+  if rounding not in ROUNDINGS:
+    raise ValueError(f"rounding={rounding!r} is not one of {ROUNDINGS}")
 
 
 def group_size_for(p_hat: float | Fraction,
@@ -113,28 +114,6 @@ def group_size_for(p_hat: float | Fraction,
   above = min(g for g in sizes if g >= inverse)
   # Nearer in log space: log(x/below) < log(above/x)  <=>  x**2 < below * above.
   return below if inverse * inverse < below * above else above
-
-
-def assign_group_sizes(p_hat_Q: np.ndarray | Sequence[float] | None = None,
-                       group_sizes: Sequence[int] = DEFAULT_GROUP_SIZES,
-                       rounding: str = 'down',
-                       clip: bool = True,
-                       *,
-                       n_correct_Q: np.ndarray | None = None,
-                       n_samples_Q: np.ndarray | None = None) -> np.ndarray:
-  """Vectorised `group_size_for` -> int32 [Q].
-
-  Give either p_hat_Q or the exact counts (n_correct_Q, n_samples_Q); counts are preferred
-  because k/n is then bucketed with exact arithmetic.
-  """
-  fractions = _fractions_from(p_hat_Q, n_correct_Q, n_samples_Q)
-  cache: dict[Fraction, int] = {}
-  out_Q = np.empty(len(fractions), dtype=np.int32)
-  for i, p in enumerate(fractions):
-    if p not in cache:
-      cache[p] = group_size_for(p, group_sizes, rounding, clip)
-    out_Q[i] = cache[p]
-  return out_Q
 
 
 def _fractions_from(p_hat_Q: Any, n_correct_Q: Any, n_samples_Q: Any) -> list[Fraction]:
@@ -278,36 +257,45 @@ class Allocation:
 
 
 @dataclasses.dataclass(frozen=True)
-class SGPOSettings:
-  """config.sgpo, typed and range-checked once (config_check.check_sgpo).
+class SGPOSettings(AllocatorSettings):
+  """config.sgpo: its defaults and range checks.
 
   Build it with `SGPOSettings.from_config(config.sgpo)` (a ConfigDict, a partial dict or
-  None: missing fields take default_config.py's values). group_sizes is stored sorted.
+  None: missing fields take these defaults). group_sizes is stored sorted.
   """
-  trivial_threshold: float
-  unsolved_keep_fraction: float
-  group_sizes: tuple[int, ...]
-  rounding: str
-  clip: bool
-  curriculum: bool
-  phase_epochs: float
-  phase_plateau_window: int
-  phase_plateau_delta: float
-  fill_phase_tail: bool
-  trivial_replay_fraction: float
-  online_update: bool
-  prior_strength: float
-  prior_eps: float
+  section: ClassVar[str] = 'sgpo'
+  trivial_threshold: float = 0.75  # p_hat > this: dropped
+  unsolved_keep_fraction: float = 0.10  # p_hat == 0 kept with this probability per phase
+  group_sizes: tuple[int, ...] = DEFAULT_GROUP_SIZES
+  rounding: str = 'down'  # down | up | nearest power of two of 1/p_hat
+  clip: bool = True  # clip G into [min, max] of group_sizes
+  curriculum: bool = False  # True: phases in increasing G (the paper's schedule)
+  phase_epochs: float = 1.0  # epochs over each phase's cluster
+  # > 0: end a phase when train reward plateaus over this many steps
+  phase_plateau_window: int = 0
+  phase_plateau_delta: float = 0.01
+  fill_phase_tail: bool = True  # top a phase's last batch up from the next phase (no padding)
+  trivial_replay_fraction: float = 0.0  # beyond the paper: share of rows replaying trivial queries
+  online_update: bool = False  # beyond the paper: Beta posterior of p_hat from rollouts
+  prior_strength: float = 8.0  # kappa of the Beta prior around the profiled p_hat
+  prior_eps: float = 0.5  # added to both Beta parameters so p_hat = 0 or 1 stays revisable
 
-  def __post_init__(self) -> None:
-    config_check.check_sgpo(dataclasses.asdict(self))
-    object.__setattr__(self, 'group_sizes', check_group_sizes(self.group_sizes))
-
-  @classmethod
-  def from_config(cls, section: Any = None) -> SGPOSettings:
-    if isinstance(section, SGPOSettings):
-      return section
-    return cls(**config_check.section_values('sgpo', section))
+  def check(self) -> None:
+    require(0.0 <= self.trivial_threshold <= 1.0,
+            f'sgpo.trivial_threshold={self.trivial_threshold} must be in [0, 1].')
+    require(0.0 <= self.unsolved_keep_fraction <= 1.0,
+            f'sgpo.unsolved_keep_fraction={self.unsolved_keep_fraction} must be in [0, 1].')
+    object.__setattr__(self, 'group_sizes', check_group_sizes(self.group_sizes, 'sgpo.group_sizes'))
+    require(self.rounding in ROUNDINGS,
+            f'sgpo.rounding={self.rounding!r} is not one of {ROUNDINGS}.')
+    require(self.phase_epochs > 0, f'sgpo.phase_epochs={self.phase_epochs} must be > 0.')
+    require(self.phase_plateau_window >= 0,
+            f'sgpo.phase_plateau_window={self.phase_plateau_window} must be >= 0 (0 = off).')
+    require(0.0 <= self.trivial_replay_fraction < 1.0,
+            f'sgpo.trivial_replay_fraction={self.trivial_replay_fraction} must be in [0, 1).')
+    require(self.prior_strength >= 0,
+            f'sgpo.prior_strength={self.prior_strength} must be >= 0.')
+    require(self.prior_eps > 0, f'sgpo.prior_eps={self.prior_eps} must be > 0.')
 
 
 def unsolved_subset(num_unsolved: int, keep_fraction: float, seed: int,

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from sgpo_jax.allocators.sgpo import allocation as sgpo_lib
+from sgpo_jax.allocators.sgpo_bayes import posterior as bayes
 from sgpo_jax.allocators.base import (BatchPlan, EpochCursor, PlanAllocator,
                                       register_allocator, stream_rng)
 from sgpo_jax.allocators.rows import RowLayout
@@ -75,6 +76,7 @@ class SGPOAllocator(PlanAllocator):
     so its batches may mix sizes. Queries never observed keep their profiled G.
     Unsolved subsets keep the paper's rule (the phase's G).
   """
+  Settings = SGPOSettings
   needs_profile = True
 
   def __init__(self, allocation: Allocation, settings: SGPOSettings | Any,
@@ -119,7 +121,7 @@ class SGPOAllocator(PlanAllocator):
       replay_prompts = min(
           int(s.trivial_replay_fraction * self.rows_per_batch) // self._min_group_size,
           room // self._min_group_size)
-    rows_lib.validate_rows_per_batch(self.rows_per_batch, sorted(sizes))
+    rows_lib.check_rows_per_batch(self.rows_per_batch, sorted(sizes))
     return replay_prompts, max(sizes)
 
   @classmethod
@@ -274,10 +276,14 @@ class SGPOAllocator(PlanAllocator):
     if self.settings.online_update:
       rows = np.flatnonzero(valid_R)
       success = np.clip(rewards_R[rows], 0.0, 1.0)
-      queries = layout.row_query_index_R[rows]
-      np.add.at(st.alpha, queries, success)
-      np.add.at(st.beta, queries, 1.0 - success)
-      np.add.at(st.observed, queries, 1)
+      queries, inverse = np.unique(layout.row_query_index_R[rows], return_inverse=True)
+      successes = np.bincount(inverse, weights=success, minlength=queries.size)
+      failures = np.bincount(inverse, weights=1.0 - success, minlength=queries.size)
+      # Nothing decays (decay 1): the profiled prior is already in alpha and beta, so the
+      # update's prior argument is 0 and the result is alpha + successes exactly.
+      st.alpha[queries], st.beta[queries] = bayes.update_posterior(
+          st.alpha[queries], st.beta[queries], successes, failures, 0.0, 0.0)
+      st.observed[queries] += np.bincount(inverse, minlength=queries.size)
     if plan.phase != self.phase_name or plan.num_prompts == 0:
       return  # a stale plan from an earlier phase says nothing about this one's plateau
     phase_rows_R = valid_R.copy()

@@ -1,71 +1,33 @@
-"""`method=sgpo_bayes`: sGPO beyond the paper, a Beta posterior per prompt driving everything.
+"""`method=sgpo_bayes`: a Beta posterior per prompt drives profiling, group sizes and revisits.
 
-What it does per RL batch (`fill_batch`), with the math in `bayes.py`:
-1. Lazy adaptive profile (profile=True). Prompts are profiled in the order of a seeded
-   permutation of the pool, only as far as training needs them (a budget under one epoch
-   never pays for prompts it will not train on). Up to R prompts are in flight; each
-   profiling round is one fixed-shape generation-only call (charged to the ledger as
-   'profile'): one sample per in-flight prompt, and when fewer than R prompts are in flight
-   the spare rows of the call (paid for anyway) become extra samples of the same prompts.
-   A prompt leaves the round robin once `bayes.profile_decision` settles it: 'learnable'
-   (joins the epoch's candidates), 'skip' (confidently trivial or unsolved: deprioritised)
-   or 'undecided' at profile_max_samples (a candidate). profile=False: a prompt's first
-   training group is its profile (it joins the candidates with the prior).
-2. G per prompt: the next `window` candidates of the epoch go to `bayes.choose_group_sizes`
-   (greedy fill of the R rows by marginal expected informative signal per row); the ones
-   not taken stay for a later round or batch of the same epoch.
-3. Post-rollout filter (post_filter=True, DAPO's dynamic sampling on top of the posterior
-   pre-filter): a group whose rewards are all equal is not trained on; further training
-   rounds (each a full R-row plan of the next candidates) refill the batch, informative
-   groups taken in order while they fit, until R rows are filled or max_rounds rounds ran
-   (the rest padded). Every round's rows, dropped or not, are charged as 'rollout'. An
-   informative group that does not fit stays a candidate (its prompt is not spent). A
-   refill round is skipped (the rest padded) when it would raise the batch's expected
-   FLOPs per trained informative row (`bayes.refill_lowers_cost`, train_cost_per_row).
-4. Every rollout updates the prompt's posterior (old evidence decayed by evidence_decay,
-   since the policy moves), dropped groups included; a prompt whose posterior P_inf(min G)
-   falls below informative_floor is deprioritised (skip_side='easy': only if its posterior
-   mean is >= 1/2), its skip count = consecutive all-equal groups.
-5. Deprioritised prompts are not forgotten: at each epoch start each is drawn for a revisit
-   with probability max(revisit_base**skips, revisit_floor) (GRESO's rule). A revisit is a
-   cheap probe (profile=True: the same adaptive rounds as the profile, counted as
-   'profile'; profile=False: a training group, post-filtered); a probe that settles
-   'learnable' (an informative group) brings the prompt back. revisit_base adapts by
-   revisit_step per epoch toward a share `revisit_target` of revisits that come back.
-6. Optional, off by default: pooled_prior shares an empirical-Bayes prior across the prompts
-   of a stratum (their `difficulty`, or the whole pool; `bayes.pooled_prior`), so a prompt
-   nobody has rolled out starts where its stratum's rolled-out prompts are, and prioritise
-   makes each round's window the most promising ready candidates instead of the next ones
-   (every candidate is still served once per epoch). The pooled posterior orders and sizes
-   groups; informative_floor always reads a prompt's own posterior, so pooling never takes a
-   prompt out of the walk. epoch_cut (prioritise only) ends an epoch once its best ready
-   candidate's P_inf is below the cut, instead of spending the epoch's last steps on the
-   prompts ranked last; the candidates it leaves have their evidence decayed once, so they
-   climb later rankings (a prompt with no evidence of its own does not move: with
-   pooled_prior it is served once its stratum's rolled-out prompts, which do come back,
-   lift the stratum's prior above the cut). Measured on the reference machine
-   (compare_pooled_cut/, 5 seeds): pooled + prioritise ends highest in paper_like (80.4% vs
-   sgpo_bayes 80.1) but reaches GRPO's final accuracy later (11.2x vs GRPO against 21.8x);
-   the cut halves padding there (29.5% vs 58.0%) and ends at 76.0% in default (sgpo_bayes
-   75.7, its floor-0.25 ablation 76.7), yet reaches GRPO's final accuracy later in both
-   (13.9x and 5.9x against 21.8x and 38x): off by default.
-No curriculum: candidates are taken in a fresh random order every epoch (reshuffle=True;
-False: the pool order every epoch); the measured sGPO curriculum made the eval curve swing
-with its phases (see the README's results).
-Defaults, as measured (experiments/results/compare_prelim_sgpo_bayes_v2/ and
-compare_variants_bayes/): post_filter on, profile off (with the post-filter a prompt's first
-group is the cheaper profile), refills always (train_cost_per_row = 0, max_rounds 4: fewer
-rounds made cheaper steps that learned less per FLOP), informative_floor 0.1. At 0.1 (with
-evidence_decay 0.5) no run of all-equal G=4 groups takes a prompt below the floor, so every
-prompt stays in the epoch walk and steps 4-5 rarely fire: deprioritising (floor 0.25, arm
-sgpo_bayes_floor25) narrowed training to a few dozen prompts and lost 2-9 points of held-out
-accuracy late in paper_like and small_pool, because regressions on the easy prompts it had
-set aside went unseen (skip_side='easy', keeping the hard ones, lost most).
-
-Registered as `method=sgpo_bayes` (settings: config.sgpo_bayes). `fill_batch` calls the
-trainer's `rollout_fn` for every probe round (category 'profile') and every training round,
-each with its own round index; the state dataclass round-trips through `state_dict()`
-(base.py), so resume is exact.
+Per RL batch (`fill_batch`), with the math in `posterior.py`:
+1. Candidates. profile=False (default): prompts join the epoch's candidates as they are
+   (prior posterior); their first training group is their profile. profile=True: a lazy
+   adaptive profile in a seeded pool order, only as far as training needs; up to R prompts
+   in flight, one fixed-shape call per round (charged as 'profile'; spare rows become extra
+   samples), each prompt until `posterior.profile_decision` settles it: 'learnable' or
+   'undecided' (a candidate) or 'skip' (deprioritised).
+2. Group sizes: the next `window` candidates (prioritise=True: the `window` with the largest
+   P_inf) go to `posterior.choose_group_sizes`, a greedy fill of the R rows by marginal
+   expected signal per row; the ones not taken stay for a later round.
+3. Post-filter (post_filter=True): all-equal groups are dropped and further rounds refill the
+   batch (`DAPOBatchBuilder`) until R rows or max_rounds rounds; an informative group that
+   does not fit stays a candidate. With train_cost_per_row > 0 a refill is skipped when
+   `posterior.refill_lowers_cost` says it would raise the FLOPs per trained informative row.
+   Every round is charged as 'rollout', dropped rows included.
+4. Every rollout updates its prompt's posterior (old evidence decayed by evidence_decay). A
+   prompt whose own P_inf(min G) falls below informative_floor is deprioritised
+   (skip_side='easy': only if its posterior mean is >= 1/2).
+5. Revisits: at each epoch start each deprioritised prompt is drawn with probability
+   max(revisit_base**skips, revisit_floor) (GRESO's rule, `posterior.revisit_probability`)
+   and probed (profile=True) or given a training group; revisit_base adapts toward a share
+   revisit_target of revisits that come back.
+6. Options: pooled_prior shares an empirical-Bayes prior per stratum (`posterior.pooled_prior`;
+   it orders and sizes groups, never deprioritises); epoch_cut (with prioritise) ends an
+   epoch once its best ready candidate's P_inf is below the cut and decays the evidence of
+   the candidates it leaves.
+Candidates come in a fresh random order every epoch (reshuffle=True) or the pool order; no
+curriculum. Resume is exact: the state dataclass round-trips through `state_dict()`.
 """
 
 from __future__ import annotations
@@ -73,12 +35,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from sgpo_jax.allocators.sgpo_bayes import posterior as bayes
-from sgpo_jax.config import check as config_check
 from sgpo_jax.allocators.base import (
   Allocator,
   BatchPlan,
@@ -90,6 +51,7 @@ from sgpo_jax.allocators.base import (
 from sgpo_jax.allocators.dapo import DAPOBatchBuilder
 from sgpo_jax.allocators.rows import RowLayout
 from sgpo_jax.allocators import rows as rows_lib
+from sgpo_jax.allocators.settings import AllocatorSettings, require
 
 _POOL_ORDER_STREAM = 0xBA7E5
 _REVISIT_STREAM = 0x2E71
@@ -100,46 +62,128 @@ UNPROFILED, SAMPLING, CANDIDATE, DEPRIORITISED = 0, 1, 2, 3
 
 
 @dataclasses.dataclass(frozen=True)
-class BayesSettings:
-  """config.sgpo_bayes, typed and range-checked."""
-  prior_alpha: float = 0.5
+class BayesSettings(AllocatorSettings):
+  """config.sgpo_bayes: its defaults and range checks. group_sizes is stored sorted."""
+  section: ClassVar[str] = 'sgpo_bayes'
+  prior_alpha: float = 0.5  # Beta prior of every prompt's success rate (Jeffreys)
   prior_beta: float = 0.5
-  group_sizes: tuple[int, ...] = (4, 8)
-  signal_exponent: float = 0.0
-  profile_min_samples: int = 1
-  profile_max_samples: int = 4
-  settle_high: float = 0.6
-  settle_low: float = 0.35
+  group_sizes: tuple[int, ...] = (4, 8)  # candidate G; rows_per_batch must be a multiple of each
+  signal_exponent: float = 0.0  # group value = P_inf * G**this (0: informative groups)
+  profile_min_samples: int = 1  # adaptive profile: samples before a prompt may settle
+  profile_max_samples: int = 4  # ... and at most (then a training candidate)
+  settle_high: float = 0.6  # settled learnable once P_inf(min G) >= this
+  settle_low: float = 0.35  # settled trivial/unsolved (deprioritised) once P_inf <= this
+  # A prompt whose own P_inf(min G) falls below this is deprioritised. At 0.1 with
+  # evidence_decay 0.5 no run of all-equal G=4 groups takes a prompt below it (Beta(8.5,
+  # 0.5): 0.179), so every prompt stays in the epoch walk and the posterior chooses G.
   informative_floor: float = 0.1
-  evidence_decay: float = 0.5
-  window: int = 32
-  revisit_base: float = 0.25
+  evidence_decay: float = 0.5  # old evidence weight per training observation / revisit
+  window: int = 32  # candidates the G choice looks at per batch
+  revisit_base: float = 0.25  # revisit probability max(base**skips, floor) per epoch
   revisit_floor: float = 0.02
-  revisit_target: float = 0.3
+  revisit_target: float = 0.3  # base adapts toward this share of revisits coming back
   revisit_step: float = 0.05
-  post_filter: bool = True
-  max_rounds: int = 4
+  post_filter: bool = True  # drop all-equal groups after rollout, refill (DAPO rounds)
+  max_rounds: int = 4  # post_filter: training rollout rounds per batch, then padded
+  # Adaptive profile before a prompt's first training group (profile_* and settle_* apply).
+  # False: a prompt's first (post-filtered) training group is its profile.
   profile: bool = False
+  # > 0: a refill round is skipped when it would raise the FLOPs per trained informative row,
+  # with training a row costing this many times generating it. 0: refill up to max_rounds
+  # (DAPO's rule).
   train_cost_per_row: float = 0.0
-  reshuffle: bool = True
+  reshuffle: bool = True  # candidates in a fresh random order every epoch
+  # True: a revisited prompt's evidence decays by evidence_decay per pool pass of training
+  # since the last draw, not once per epoch (epochs are a round or two when few prompts are
+  # learnable; per-epoch decay then makes trivial prompts look uncertain again).
   decay_by_passes: bool = False
+  # True: an epoch with fewer candidates than a round looks at also revisits the deprioritised
+  # prompts with the fewest all-equal groups in a row; False: only the random revisits.
   top_up_revisits: bool = True
+  # both: a low P_inf deprioritises a prompt on either tail; easy: only a mostly-solved one
+  # (posterior mean >= 1/2), a hard prompt with rare successes stays a candidate.
   skip_side: str = 'both'
+  # Empirical-Bayes prior shared by prompts with the same feature (posterior.pooled_prior):
+  # 'difficulty' (the queries' difficulty field), 'pool' (one for the whole pool) or 'none'
+  # (every prompt starts at Beta(prior_alpha, prior_beta)). A prompt nobody has rolled out
+  # then starts where its stratum's rolled-out prompts are; it orders and sizes groups and
+  # never deprioritises a prompt (informative_floor reads the prompt's own evidence).
   pooled_prior: str = 'none'
-  pooled_prior_strength: float = 1.0
-  pooled_max_concentration: float = 8.0
+  pooled_prior_strength: float = 1.0  # the base prior counts as this many seen prompts
+  pooled_max_concentration: float = 8.0  # a stratum prior is worth at most this many samples
+  # True: each round's G choice looks at the `window` ready candidates with the largest
+  # P_inf (ties in epoch order) instead of the next ones; every candidate is still served
+  # once per epoch, most promising first.
   prioritise: bool = False
+  # > 0 (prioritise only): an epoch ends early once the best ready candidate's P_inf(min G)
+  # is below this, instead of spending its last steps on the prompts ranked last; the
+  # prompts it leaves unserved have their evidence decayed once by evidence_decay, so they
+  # rise in later epochs' rankings.
   epoch_cut: float = 0.0
 
-  def __post_init__(self) -> None:
-    config_check.check_sgpo_bayes(dataclasses.asdict(self))
-    object.__setattr__(self, 'group_sizes', tuple(sorted({int(g) for g in self.group_sizes})))
-
-  @classmethod
-  def from_config(cls, section: Any = None) -> BayesSettings:
-    values = config_check.section_values('sgpo_bayes', section)
-    values['group_sizes'] = tuple(values['group_sizes'])
-    return cls(**values)
+  def check(self) -> None:
+    require(self.prior_alpha > 0 and self.prior_beta > 0,
+            f'sgpo_bayes.prior_alpha={self.prior_alpha} and prior_beta={self.prior_beta} '
+            'must be > 0.')
+    object.__setattr__(self, 'group_sizes',
+                       rows_lib.check_group_sizes(self.group_sizes, 'sgpo_bayes.group_sizes',
+                                                  minimum=2))
+    require(1 <= self.profile_min_samples <= self.profile_max_samples,
+            f'need 1 <= sgpo_bayes.profile_min_samples ({self.profile_min_samples}) <= '
+            f'sgpo_bayes.profile_max_samples ({self.profile_max_samples}).')
+    require(0.0 <= self.settle_low <= self.settle_high <= 1.0,
+            f'need 0 <= sgpo_bayes.settle_low ({self.settle_low}) <= sgpo_bayes.settle_high '
+            f'({self.settle_high}) <= 1.')
+    require(0.0 <= self.evidence_decay <= 1.0,
+            f'sgpo_bayes.evidence_decay={self.evidence_decay} must be in [0, 1].')
+    require(self.window >= 1, f'sgpo_bayes.window={self.window} must be >= 1.')
+    require(0.0 <= self.informative_floor <= 1.0,
+            f'sgpo_bayes.informative_floor={self.informative_floor} must be in [0, 1].')
+    # An unseen prompt must start above the floor, or one all-equal group deprioritises
+    # almost every prompt and the candidates starve.
+    min_g = self.group_sizes[0]
+    prior_inf = float(bayes.informative_probability(self.prior_alpha, self.prior_beta, min_g))
+    require(self.informative_floor < prior_inf,
+            f'sgpo_bayes.informative_floor={self.informative_floor} must be below '
+            f'{prior_inf:.3f}, the informative probability of an unseen prompt (prior '
+            f'Beta({self.prior_alpha}, {self.prior_beta})) at the smallest group size '
+            f'{min_g}; else one all-equal group deprioritises nearly every prompt. Lower it '
+            f'(e.g. {prior_inf * 0.8:.2f}) or drop the smallest group size.')
+    require(0.0 <= self.revisit_floor <= self.revisit_base <= 1.0,
+            f'need 0 <= sgpo_bayes.revisit_floor ({self.revisit_floor}) <= '
+            f'sgpo_bayes.revisit_base ({self.revisit_base}) <= 1.')
+    require(self.skip_side in ('both', 'easy'),
+            f"sgpo_bayes.skip_side={self.skip_side!r} must be 'both' (deprioritise "
+            "confidently trivial and unsolved prompts) or 'easy' (trivial ones only).")
+    require(self.pooled_prior in ('none', 'difficulty', 'pool'),
+            f"sgpo_bayes.pooled_prior={self.pooled_prior!r} must be 'none' (every prompt "
+            "starts at the prior), 'difficulty' (an empirical-Bayes prior per difficulty "
+            "level of the queries) or 'pool' (one over the whole pool).")
+    require(self.pooled_prior_strength >= 0,
+            f'sgpo_bayes.pooled_prior_strength={self.pooled_prior_strength} must be >= 0 '
+            '(the base prior counts as this many seen prompts in a stratum).')
+    require(self.pooled_max_concentration >= 0.5,
+            f'sgpo_bayes.pooled_max_concentration={self.pooled_max_concentration} must be '
+            '>= 0.5 (how many samples a stratum prior may be worth at most, e.g. 8).')
+    for flag in ('post_filter', 'profile', 'reshuffle', 'decay_by_passes', 'top_up_revisits',
+                 'prioritise'):
+      require(isinstance(getattr(self, flag), bool),
+              f'sgpo_bayes.{flag}={getattr(self, flag)!r} must be True or False.')
+    require(0.0 <= self.epoch_cut < prior_inf,
+            f'sgpo_bayes.epoch_cut={self.epoch_cut} must be in [0, {prior_inf:.3f}): 0 (off) '
+            'or below the informative probability of an unseen prompt, else an epoch of '
+            'unseen prompts ends before it starts. E.g. 0.3.')
+    require(self.epoch_cut == 0.0 or self.prioritise,
+            f'sgpo_bayes.epoch_cut={self.epoch_cut} needs sgpo_bayes.prioritise=True (it '
+            'cuts the tail of an epoch served most promising first); set prioritise=True or '
+            'epoch_cut=0.')
+    require(isinstance(self.max_rounds, int) and not isinstance(self.max_rounds, bool)
+            and self.max_rounds >= 1,
+            f'sgpo_bayes.max_rounds={self.max_rounds!r} must be an integer >= 1 (training '
+            'rollout rounds per batch; 1 = no refill).')
+    require(self.train_cost_per_row >= 0,
+            f'sgpo_bayes.train_cost_per_row={self.train_cost_per_row} must be >= 0 (0: '
+            'always refill up to max_rounds).')
 
 
 @dataclasses.dataclass
@@ -179,7 +223,8 @@ class BayesState:
 
 @register_allocator('sgpo_bayes')
 class BayesAllocator(Allocator):
-
+  """A Beta posterior per prompt drives profiling, G and revisits; see the module docstring."""
+  Settings = BayesSettings
   uses_strata = True
 
   def __init__(self, num_queries: int, rows_per_batch: int, settings: BayesSettings,
@@ -187,7 +232,7 @@ class BayesAllocator(Allocator):
     if num_queries < 1:
       raise ValueError(f'num_queries={num_queries}: the training pool is empty')
     self.stratum_Q = self._strata(settings.pooled_prior, strata, int(num_queries))
-    rows_lib.validate_rows_per_batch(rows_per_batch, settings.group_sizes)
+    rows_lib.check_rows_per_batch(rows_per_batch, settings.group_sizes)
     self.num_queries = int(num_queries)
     self.rows_per_batch = int(rows_per_batch)
     self.settings = settings

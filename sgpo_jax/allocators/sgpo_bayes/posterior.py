@@ -1,7 +1,7 @@
 """The math of `method=sgpo_bayes`: a Beta posterior per prompt -> profile stops, G, revisits.
 
 Pure numpy functions, pinned by hand-computed tests (tests/test_bayes.py); the allocator
-that iterates them over a run lives in `allocators.BayesAllocator`.
+that iterates them over a run is `allocator.BayesAllocator`.
 
 A prompt's success rate p under the current policy gets a Beta(a, b) posterior: a prior
 Beta(prior_alpha, prior_beta) plus the successes / failures of every sample it was given,
