@@ -1,4 +1,4 @@
-"""experiments/scaling_law_dense_final.py: thinning a densely evaluated run back to the
+"""studies/scaling_law/dense_final.py: thinning a densely evaluated run back to the
 comparison schedule, and the final value's noise it reports."""
 
 import importlib

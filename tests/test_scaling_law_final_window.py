@@ -1,4 +1,4 @@
-"""experiments/scaling_law_final_window.py: the final window it sets (and puts back), its
+"""studies/scaling_law/final_window.py: the final window it sets (and puts back), its
 scores against the calibration scripts' own scoring of the same records, the summary by hand,
 and the committed report against its JSON."""
 

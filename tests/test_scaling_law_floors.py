@@ -1,4 +1,4 @@
-"""experiments/scaling_law_floors.py: a zero-loss stop's measured loss at each plateau reading,
+"""studies/scaling_law/floors.py: a zero-loss stop's measured loss at each plateau reading,
 the worst case it shows on a test of n runs, the reward forecast's error beside its noise
 floor, and the committed report against its JSON and the pooled report it reads."""
 

@@ -1,4 +1,4 @@
-"""experiments/scaling_law_pooled.py: which fresh runs are held out from each shipped set, the
+"""studies/scaling_law/pooled.py: which fresh runs are held out from each shipped set, the
 binomial bound on the share of runs over 3 points, and the check of recomputed rows against
 the rows each test stored."""
 

@@ -1,4 +1,4 @@
-"""experiments/scaling_law_reward_noise.py: the noise floor of a final training-reward value."""
+"""studies/scaling_law/reward_noise.py: the noise floor of a final training-reward value."""
 
 import dataclasses
 import importlib
