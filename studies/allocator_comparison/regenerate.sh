@@ -17,12 +17,12 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 cd "$REPO"
 ARMS=grpo,dapo,sgpo,sgpo_g48_k2,greso,knapsack,sgpo_bayes,sgpo_bayes_floor25,dapo_g4,sgpo_bayes_pooled,sgpo_bayes_cut,sgpo_bayes_g24
-python -m sgpo_jax.compare run --analyse-only --runs-dir "$RUNS" \
+python -m sgpo_jax.compare report --runs-dir "$RUNS" \
   --regimes paper_like,default,small_pool --arms "$ARMS" --seeds 0-4 --results-dir "$HERE"
 DIAG=grpo,dapo,dapo_g4,greso,knapsack,sgpo,sgpo_bayes_floor25,sgpo_bayes,sgpo_bayes_pooled,sgpo_bayes_cut,sgpo_bayes_g24
 for regime in paper_like default small_pool; do
   seeds=0-4
   [ "$regime" = small_pool ] && seeds=0-2
-  python sgpo_jax/compare/diagnostics.py --runs-dir "$RUNS" --regime "$regime" --arms "$DIAG" \
+  python -m sgpo_jax.compare diagnose --runs-dir "$RUNS" --regime "$regime" --arms "$DIAG" \
     --seeds "$seeds" --out "$HERE/compare_diagnostics_$regime.md"
 done

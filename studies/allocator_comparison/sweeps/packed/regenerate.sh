@@ -20,21 +20,21 @@ set -euo pipefail
 RUNS=${1:?packed runs dir}
 PROBES=${2:?runs dir holding the *_pk probes}
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../../.." && pwd)
+REPO=$(cd "$HERE/../../../.." && pwd)
 cd "$REPO"
 NOTE="Every arm with the packed train step (train.packing=True, pack_rows=8), reference machine (AMD EPYC), same warm starts as studies/allocator_comparison/compare.md. studies/allocator_comparison/sweeps/packed/regenerate.sh."
 ARMS=grpo,dapo,greso,knapsack,sgpo,dapo_g4,sgpo_bayes,sgpo_bayes_pooled,sgpo_bayes_cut
 for R in paper_like default; do
-  python -m sgpo_jax.compare run --analyse-only --regimes $R --arms "$ARMS" --seeds 0-4 \
+  python -m sgpo_jax.compare report --regimes $R --arms "$ARMS" --seeds 0-4 \
     --runs-dir "$RUNS" --results-dir "$HERE/$R" --note "$NOTE"
-  python sgpo_jax/compare/diagnostics.py --runs-dir "$RUNS" --regime $R --arms "$ARMS" \
+  python -m sgpo_jax.compare diagnose --runs-dir "$RUNS" --regime $R --arms "$ARMS" \
     --seeds 0-4 --out "$HERE/$R/diagnostics.md"
 done
 PK="train.packing=True,train.pack_rows=8"
 CUT="sgpo_bayes,sgpo_bayes.pooled_prior=difficulty,sgpo_bayes.prioritise=True,sgpo_bayes.epoch_cut=0.3"
 #   python -m sgpo_jax.compare run --runs-dir PROBE_RUNS --code-dir CODE --regimes paper_like \
 #     --arms grpo --seeds 0,1 --arm <each of the four below>
-python -m sgpo_jax.compare run --analyse-only --regimes paper_like --arms grpo --seeds 0,1 \
+python -m sgpo_jax.compare report --regimes paper_like --arms grpo --seeds 0,1 \
   --arm "dapo_pk=dapo,$PK" --arm "dapo_r1_pk=dapo,dapo.max_rounds=1,$PK" \
   --arm "cut_pk=$CUT,$PK" --arm "cut_r1_pk=$CUT,sgpo_bayes.max_rounds=1,$PK" \
   --runs-dir "$PROBES" --results-dir "$HERE/paper_like_r1_probe" \

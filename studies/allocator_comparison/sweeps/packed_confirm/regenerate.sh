@@ -23,7 +23,7 @@
 set -euo pipefail
 RUNS=${1:?packed runs dir}
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../../.." && pwd)
+REPO=$(cd "$HERE/../../../.." && pwd)
 cd "$REPO"
 NOTE="Every arm with the packed train step (train.packing=True, pack_rows=8), reference machine (AMD EPYC), same warm starts as studies/allocator_comparison/compare.md. studies/allocator_comparison/sweeps/packed_confirm/regenerate.sh."
 SELECTION=(--arm 'bayes_g4=sgpo_bayes,sgpo_bayes.group_sizes=(4,)'
@@ -31,29 +31,29 @@ SELECTION=(--arm 'bayes_g4=sgpo_bayes,sgpo_bayes.group_sizes=(4,)'
   --arm 'dapo_mu2=dapo,train.mu=2' --arm 'dapo_g4_mu2=dapo,dapo.group_size=4,train.mu=2'
   --arm 'bayes_mu2=sgpo_bayes,train.mu=2'
   --arm 'bayes_g24_mu2=sgpo_bayes,sgpo_bayes.group_sizes=(2,4),train.mu=2')
-python -m sgpo_jax.compare run --analyse-only --regimes paper_like --seeds 0,1 \
+python -m sgpo_jax.compare report --regimes paper_like --seeds 0,1 \
   --arms grpo,dapo,dapo_g4,sgpo_bayes,sgpo_bayes_g24 "${SELECTION[@]}" \
   --runs-dir "$RUNS" --results-dir "$HERE/selection_seeds0-1" \
   --note "$NOTE (Selection on seeds 0-1: the candidate (sgpo_bayes variants, train.mu=2 arms) with the fewest FLOPs to GRPO's target, sgpo_bayes_g24, goes on to the confirmation.)"
 ARMS=grpo,dapo,greso,knapsack,dapo_g4,sgpo_bayes,sgpo_bayes_g24
-python -m sgpo_jax.compare run --analyse-only --regimes paper_like --arms "$ARMS" --seeds 5-9 \
+python -m sgpo_jax.compare report --regimes paper_like --arms "$ARMS" --seeds 5-9 \
   --runs-dir "$RUNS" --results-dir "$HERE/paper_like_seeds5-9" \
   --note "$NOTE (Confirmation on seeds 5-9, none of which any arm was chosen or tuned on.)"
-python -m sgpo_jax.compare run --analyse-only --regimes paper_like --arms "$ARMS" --seeds 0-9 \
+python -m sgpo_jax.compare report --regimes paper_like --arms "$ARMS" --seeds 0-9 \
   --runs-dir "$RUNS" --results-dir "$HERE/paper_like_seeds0-9" --note "$NOTE (All 10 seeds.)"
-python -m sgpo_jax.compare run --analyse-only --regimes paper_like --arms "$ARMS" --seeds 10-19 \
+python -m sgpo_jax.compare report --regimes paper_like --arms "$ARMS" --seeds 10-19 \
   --runs-dir "$RUNS" --results-dir "$HERE/paper_like_seeds10-19" \
   --note "$NOTE (Second confirmation on seeds 10-19, run after the first; nothing changed.)"
-python -m sgpo_jax.compare run --analyse-only --regimes paper_like --arms "$ARMS" --seeds 5-19 \
+python -m sgpo_jax.compare report --regimes paper_like --arms "$ARMS" --seeds 5-19 \
   --runs-dir "$RUNS" --results-dir "$HERE/paper_like_seeds5-19" \
   --note "$NOTE (Seeds 5-19: every seed on which nothing was chosen; the claim is judged here.)"
-python sgpo_jax/compare/diagnostics.py --runs-dir "$RUNS" --regime paper_like --arms "$ARMS" \
+python -m sgpo_jax.compare diagnose --runs-dir "$RUNS" --regime paper_like --arms "$ARMS" \
   --seeds 5-19 --out "$HERE/paper_like_seeds5-19/diagnostics.md"
-python sgpo_jax/compare/diagnostics.py --runs-dir "$RUNS" --regime paper_like --arms "$ARMS" \
+python -m sgpo_jax.compare diagnose --runs-dir "$RUNS" --regime paper_like --arms "$ARMS" \
   --seeds 5-9 --out "$HERE/paper_like_seeds5-9/diagnostics.md"
-python -m sgpo_jax.compare run --analyse-only --regimes default --seeds 0-4 \
+python -m sgpo_jax.compare report --regimes default --seeds 0-4 \
   --arms grpo,dapo,greso,knapsack,sgpo,dapo_g4,sgpo_bayes,sgpo_bayes_pooled,sgpo_bayes_cut,sgpo_bayes_g24 \
   --runs-dir "$RUNS" --results-dir "$HERE/default" --note "$NOTE"
-python -m sgpo_jax.compare run --analyse-only --regimes small_pool --seeds 0-4 \
+python -m sgpo_jax.compare report --regimes small_pool --seeds 0-4 \
   --arms grpo,dapo,greso,knapsack,dapo_g4,sgpo_bayes,sgpo_bayes_g24 \
   --runs-dir "$RUNS" --results-dir "$HERE/small_pool" --note "$NOTE"

@@ -18,34 +18,34 @@
 set -euo pipefail
 RUNS=${1:?runs dir}
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../../.." && pwd)
+REPO=$(cd "$HERE/../../../.." && pwd)
 cd "$REPO"
 NOTE="Pooled-prior arms of sgpo_bayes on the reference machine (AMD EPYC), next to reruns of studies/allocator_comparison/compare.md's baselines that reproduce its per-seed results bit for bit. studies/allocator_comparison/sweeps/pooled_cut/regenerate.sh."
 PAPER_LIKE=grpo,dapo,greso,knapsack,dapo_g4,sgpo_bayes,sgpo_bayes_pooled,sgpo_bayes_priority,sgpo_bayes_cut
 DEFAULT=grpo,dapo,greso,dapo_g4,sgpo_bayes,sgpo_bayes_pooled,sgpo_bayes_cut
-python -m sgpo_jax.compare run --analyse-only --regimes paper_like --arms "$PAPER_LIKE" \
+python -m sgpo_jax.compare report --regimes paper_like --arms "$PAPER_LIKE" \
   --seeds 0-4 --runs-dir "$RUNS" --results-dir "$HERE/paper_like" --note "$NOTE"
-python sgpo_jax/compare/diagnostics.py --runs-dir "$RUNS" --regime paper_like \
+python -m sgpo_jax.compare diagnose --runs-dir "$RUNS" --regime paper_like \
   --arms "$PAPER_LIKE" --seeds 0-4 --out "$HERE/paper_like/diagnostics.md"
 if ls "$RUNS"/default/*_seed* >/dev/null 2>&1; then
-  python -m sgpo_jax.compare run --analyse-only --regimes default --arms "$DEFAULT" \
+  python -m sgpo_jax.compare report --regimes default --arms "$DEFAULT" \
     --seeds 0-4 --runs-dir "$RUNS" --results-dir "$HERE/default" --note "$NOTE"
-  python sgpo_jax/compare/diagnostics.py --runs-dir "$RUNS" --regime default \
+  python -m sgpo_jax.compare diagnose --runs-dir "$RUNS" --regime default \
     --arms "$DEFAULT" --seeds 0-4 --out "$HERE/default/diagnostics.md"
 fi
 #   python -m sgpo_jax.compare run --runs-dir RUNS --code-dir CODE --regimes small_pool \
 #     --arms grpo,sgpo_bayes_cut,dapo_g4,sgpo_bayes_pooled,sgpo_bayes,dapo --seeds 0-2
 SMALL_POOL=grpo,dapo,dapo_g4,sgpo_bayes,sgpo_bayes_pooled,sgpo_bayes_cut
 if ls "$RUNS"/small_pool/*_seed* >/dev/null 2>&1; then
-  python -m sgpo_jax.compare run --analyse-only --regimes small_pool --arms "$SMALL_POOL" \
+  python -m sgpo_jax.compare report --regimes small_pool --arms "$SMALL_POOL" \
     --seeds 0-2 --runs-dir "$RUNS" --results-dir "$HERE/small_pool" --note "$NOTE"
-  python sgpo_jax/compare/diagnostics.py --runs-dir "$RUNS" --regime small_pool \
+  python -m sgpo_jax.compare diagnose --runs-dir "$RUNS" --regime small_pool \
     --arms "$SMALL_POOL" --seeds 0-2 --out "$HERE/small_pool/diagnostics.md"
 fi
 # A probe, 2 seeds (stopped there: both seeds far behind): the cut arm with cheaper steps.
 #   python -m sgpo_jax.compare run --runs-dir RUNS --code-dir CODE --regimes paper_like \
 #     --arms grpo --arm "$R2" --seeds 0-4   (seeds 0-1 finished)
 R2="sgpo_bayes_cut_r2=sgpo_bayes,sgpo_bayes.pooled_prior=difficulty,sgpo_bayes.prioritise=True,sgpo_bayes.epoch_cut=0.3,sgpo_bayes.max_rounds=2"
-python -m sgpo_jax.compare run --analyse-only --regimes paper_like \
+python -m sgpo_jax.compare report --regimes paper_like \
   --arms grpo,dapo,sgpo_bayes_pooled,sgpo_bayes_cut --arm "$R2" --seeds 0-1 \
   --runs-dir "$RUNS" --results-dir "$HERE/paper_like_r2_probe" --note "$NOTE (Seeds 0-1 only.)"

@@ -8,7 +8,7 @@
 set -euo pipefail
 RUNS=${1:?runs dir}
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../../.." && pwd)
+REPO=$(cd "$HERE/../../../.." && pwd)
 cd "$REPO"
 BASE=grpo,dapo,greso,knapsack,sgpo,sgpo_g48_k2
 OLD=sgpo_bayes.reshuffle=False,sgpo_bayes.informative_floor=0.35
@@ -21,12 +21,12 @@ VARIANTS=(--arm "bayes_np=sgpo_bayes,$OLD"
 analyse() {  # OUT REGIME SEEDS ARMS [extra compare args]
   local out=$1 regime=$2 seeds=$3 arms=$4
   shift 4
-  python -m sgpo_jax.compare run --analyse-only --regimes "$regime" --arms "$BASE,$arms" "$@" \
+  python -m sgpo_jax.compare report --regimes "$regime" --arms "$BASE,$arms" "$@" \
     --seeds "$seeds" --runs-dir "$RUNS" --results-dir "$HERE/$out"
   local names
   names=$(echo "grpo,dapo,greso,$arms" "$@" | tr ' ' '\n' | sed -n 's/=.*//p;/^[a-z_0-9,]*$/p' \
     | tr '\n' ',' | sed 's/,,*/,/g;s/,$//')
-  python sgpo_jax/compare/diagnostics.py --runs-dir "$RUNS" --regime "$regime" \
+  python -m sgpo_jax.compare diagnose --runs-dir "$RUNS" --regime "$regime" \
     --arms "$names" --seeds "$seeds" --out "$HERE/$out/diagnostics.md"
 }
 # The default regime, 5 seeds: the arm and its control.

@@ -16,16 +16,16 @@
 set -euo pipefail
 RUNS=${1:?runs dir}
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../../.." && pwd)
+REPO=$(cd "$HERE/../../../.." && pwd)
 cd "$REPO"
 NOTE="Second machine: the same configs and code as studies/allocator_comparison/compare.md, run on an Intel Xeon with AVX-512 and AMX (jax/jaxlib 0.10.2, flax 0.12.8, optax 0.2.8, numpy 2.4.6; most runs predate the environment record, so the Measured-on line may say not recorded). Its warm starts differ from the first machine's, so nothing here is comparable run for run with compare.md. studies/allocator_comparison/sweeps/second_machine/regenerate.sh."
-python -m sgpo_jax.compare run --analyse-only --regimes default \
+python -m sgpo_jax.compare report --regimes default \
   --arms grpo,dapo,greso,knapsack,dapo_g4,sgpo_bayes,sgpo_bayes_pooled,sgpo_bayes_priority \
   --seeds 0-4 --runs-dir "$RUNS" --results-dir "$HERE/default" --note "$NOTE"
-python sgpo_jax/compare/diagnostics.py --runs-dir "$RUNS" --regime default \
+python -m sgpo_jax.compare diagnose --runs-dir "$RUNS" --regime default \
   --arms grpo,dapo,dapo_g4,sgpo_bayes,sgpo_bayes_pooled,sgpo_bayes_priority --seeds 0-4 \
   --out "$HERE/default/diagnostics.md"
-python -m sgpo_jax.compare run --analyse-only --regimes paper_like \
+python -m sgpo_jax.compare report --regimes paper_like \
   --arms grpo,dapo,greso,dapo_g4,sgpo_bayes,sgpo_bayes_pooled,sgpo_bayes_priority --seeds 0-2 \
   --runs-dir "$RUNS" --results-dir "$HERE/paper_like" --note "$NOTE"
 # The scaling-law study on these runs alone (leave-one-run-out within this machine's runs; the

@@ -9,7 +9,7 @@
 set -euo pipefail
 RUNS=${1:?runs dir}
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../../.." && pwd)
+REPO=$(cd "$HERE/../../../.." && pwd)
 cd "$REPO"
 F25=sgpo_bayes.informative_floor=0.25
 PAPER_LIKE=(--arm "bayes_r2=sgpo_bayes,$F25,sgpo_bayes.max_rounds=2"
@@ -22,12 +22,12 @@ ARMS=grpo,dapo,greso,knapsack,dapo_g4,sgpo_bayes_floor25,sgpo_bayes
 analyse() {  # OUT REGIME [extra arms]
   local out=$1 regime=$2
   shift 2
-  python -m sgpo_jax.compare run --analyse-only --regimes "$regime" --arms "$ARMS" "$@" \
+  python -m sgpo_jax.compare report --regimes "$regime" --arms "$ARMS" "$@" \
     --seeds 0-2 --runs-dir "$RUNS" --results-dir "$HERE/$out" --note \
     "Variants of sgpo_bayes, seeds 0-2 (studies/allocator_comparison/sweeps/variants_bayes/regenerate.sh)."
   local names
   names=$(printf '%s\n' "$@" | sed -n 's/=.*//p' | tr '\n' ',' | sed 's/,$//')
-  python sgpo_jax/compare/diagnostics.py --runs-dir "$RUNS" --regime "$regime" \
+  python -m sgpo_jax.compare diagnose --runs-dir "$RUNS" --regime "$regime" \
     --arms "grpo,dapo,dapo_g4,sgpo_bayes_floor25,sgpo_bayes,$names" --seeds 0-2 \
     --out "$HERE/$out/diagnostics.md"
 }

@@ -9,7 +9,7 @@
 #     --arms grpo,dapo,sgpo,greso,knapsack,sgpo_bayes,dapo_g4,sgpo_bayes_g24 --seeds 5-9
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-cd "$HERE/../../.."
+cd "$HERE/../../../.."
 if [ $# -ge 1 ]; then
   python -m studies.scaling_law.fresh "$1"/default/*_seed* "$1"/paper_like/*_seed* \
     --out "$HERE"

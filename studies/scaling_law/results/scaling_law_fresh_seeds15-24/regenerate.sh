@@ -12,7 +12,7 @@
 # the previous one (seeds 0-4) and the extended one is rebuilt here, outside the package.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-cd "$HERE/../../.."
+cd "$HERE/../../../.."
 RESULTS=studies/
 REL=$RESULTS/scaling_law_fresh_seeds15-24  # relative paths: reports quote their command
 PLAN=$REL/PLAN.md

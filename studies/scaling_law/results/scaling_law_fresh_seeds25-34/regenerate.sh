@@ -10,7 +10,7 @@
 #     --arms grpo,dapo,sgpo,greso,knapsack,sgpo_bayes,dapo_g4,sgpo_bayes_g24 --seeds 25-29
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-cd "$HERE/../../.."
+cd "$HERE/../../../.."
 RESULTS=studies/
 REL=$RESULTS/scaling_law_fresh_seeds25-34  # relative paths: reports quote their command
 PLAN=$REL/PLAN.md

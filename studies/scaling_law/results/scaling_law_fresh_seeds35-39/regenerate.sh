@@ -11,7 +11,7 @@
 #     --set "eval.at_budget_fractions=(FRACTIONS)"
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-cd "$HERE/../../.."
+cd "$HERE/../../../.."
 RESULTS=studies/
 REL=$RESULTS/scaling_law_fresh_seeds35-39  # relative paths: reports quote their command
 PLAN=$REL/PLAN.md

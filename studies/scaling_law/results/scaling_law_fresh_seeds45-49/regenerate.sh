@@ -14,7 +14,7 @@
 #     --set "eval.at_budget_fractions=(FRACTIONS)"   # the runner adds grpo
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-cd "$HERE/../../.."
+cd "$HERE/../../../.."
 RESULTS=studies/
 REL=$RESULTS/scaling_law_fresh_seeds45-49  # relative paths: reports quote their command
 PLAN=$REL/PLAN.md

@@ -9,7 +9,7 @@
 #     --arms grpo,dapo,sgpo,greso,knapsack,sgpo_bayes,dapo_g4,sgpo_bayes_g24 --seeds 10-14
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-cd "$HERE/../../.."
+cd "$HERE/../../../.."
 RESULTS=studies/
 FIRST=$RESULTS/scaling_law_fresh/trajectories.json
 NEW=$RESULTS/scaling_law_fresh_seeds10-14
