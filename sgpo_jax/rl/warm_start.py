@@ -104,7 +104,8 @@ def train_sft(cfg: model_lib.ModelConfig, params, shardings, mesh, examples, ws_
   """SFT for ws_config.steps steps; returns (params, final loss).
 
   callback(steps_done, params) runs every `callback_every` steps (probes of the warm start's
-  strength along one SFT trajectory, e.g. studies/regime_histograms/regime_histograms.py --sft-probe).
+  strength along one SFT trajectory, e.g.
+  `python -m studies.regime_histograms.regime_histograms --sft-probe`).
   """
   tokens_NxT, mask_NxT, loss_mask_NxT1 = examples
   model = model_lib.Transformer(cfg)

@@ -28,7 +28,8 @@
   worst loss is 3.01 points there, 3.95 on seeds 15-19 (pre-registered,
   studies/scaling_law/results/scaling_law_fresh_seeds15-24/; the replay form: worst 2.66) and 3.40
   on seeds 25-29; the best setting chosen on 260 runs as this class runs them saved 41.1%
-  there with a worst loss of 3.69 (studies/scaling_law/results/scaling_law_fresh_seeds25-34/). It is off
+  there with a worst loss of 3.69
+  (studies/scaling_law/results/scaling_law_fresh_seeds25-34/). It is off
   by default: as the trainer runs it, it misses the worst-case target; its guarantee holds
   only for regimes its calibration set has runs of (not the README run's); and comparison
   runs must run to their budget.
@@ -488,8 +489,8 @@ def stop_calibration_path(path: str | Path = '') -> Path:
   path = Path(path) if path else STOP_CALIBRATION_PATH
   if not path.is_file():
     raise ValueError(f'train.early_stop.calibration={str(path)!r} is not a file; give a '
-                     'calibration set (studies/scaling_law/stop_transfer.py '
-                     "--write-calibration writes one) or '' for the shipped one")
+                     'calibration set (`python -m sgpo_jax.scaling_law calibrate-set RUNS '
+                     "--kind stop --out FILE` writes one) or '' for the shipped one")
   return path
 
 
