@@ -13,7 +13,7 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE/../../../.."
-RESULTS=studies/
+RESULTS=studies/scaling_law/results
 REL=$RESULTS/scaling_law_fresh_seeds15-24  # relative paths: reports quote their command
 PLAN=$REL/PLAN.md
 FRESH="$RESULTS/scaling_law_fresh/trajectories.json $RESULTS/scaling_law_fresh_seeds10-14/trajectories.json"

@@ -12,7 +12,7 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE/../../../.."
-RESULTS=studies/
+RESULTS=studies/scaling_law/results
 REL=$RESULTS/scaling_law_fresh_seeds40-44  # relative paths: reports quote their command
 PLAN=$REL/PLAN.md
 S3=$RESULTS/scaling_law_fresh_seeds15-24

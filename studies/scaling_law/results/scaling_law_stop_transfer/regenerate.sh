@@ -10,7 +10,7 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$HERE/../../../.."
-RESULTS=studies/
+RESULTS=studies/scaling_law/results
 FIRST=$RESULTS/scaling_law_fresh/trajectories.json
 NEW=$RESULTS/scaling_law_fresh_seeds10-14
 mkdir -p "$NEW" "$RESULTS/scaling_law_fresh_seeds5-14"
