@@ -455,3 +455,35 @@ def test_environment_describes_versions_and_cpu(tmp_path):
                                                 'features': ['amx_tile', 'avx2', 'fma']}
   d = environment.describe()
   assert d['packages']['jax'] and d['backend'] == 'cpu' and json.dumps(d)
+
+
+def test_cli_report_writes_the_compare_files_from_finished_runs_and_names_bad_arms(tmp_path,
+                                                                                    capsys):
+  from sgpo_jax.compare import __main__ as cli
+  config = {'data': {'num_eval': 2048, 'rl_pool_size': 0, 'num_train': 640}, 'model': {},
+            'warm_start': {'steps': 1500}, 'eval': {'every_steps': 12},
+            'train': {'flops_budget': 100.0, 'rows_per_batch': 64}, 'grpo': {'group_size': 8}}
+  xs = np.linspace(0, 100, 11)
+  for arm, slope in (('grpo', 0.005), ('dapo', 0.0075)):
+    for s in range(2):
+      path = tmp_path / 'runs' / 'paper_like' / f'{arm}_seed{s}'
+      _fake_run(str(path), s, xs, 0.2 + slope * xs, method=arm)
+      (path / 'config.json').write_text(json.dumps(config))
+  out = tmp_path / 'results'
+  args = ['--regimes', 'paper_like', '--arms', 'grpo,dapo', '--seeds', '0-1', '--runs-dir',
+          str(tmp_path / 'runs'), '--results-dir', str(out), '--bootstrap', '50']
+  assert cli.main(['report'] + args) == 0
+  results = json.loads((out / 'compare.json').read_text())
+  assert results['command'] == 'python -m sgpo_jax.compare report ' + ' '.join(args)
+  block = results['regimes']['paper_like']
+  assert set(block['arms']) == {'grpo', 'dapo'} and block['epochs_grpo'] == 10 * 8 / 640
+  # GRPO ends at 0.7; DAPO's line reaches it at 2/3 of the budget: 1.5x fewer FLOPs.
+  assert block['arms']['dapo']['ratio_vs_grpo']['point'] == pytest.approx(1.5, rel=0.03)
+  assert (out / 'compare.md').exists() and (out / 'plots' / 'compare_paper_like.png').exists()
+  with pytest.raises(SystemExit):
+    cli.main(['run', '--arms', 'grpo,nope', '--runs-dir', str(tmp_path / 'x')])
+  assert "--arms: unknown ['nope']" in capsys.readouterr().err
+  # No finished GRPO run: no report, a non-zero exit and the reason.
+  assert cli.main(['report', '--regimes', 'default', '--runs-dir', str(tmp_path / 'runs'),
+                   '--results-dir', str(tmp_path / 'none')]) == 1
+  assert 'no finished GRPO run' in capsys.readouterr().err
