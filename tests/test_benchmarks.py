@@ -1,4 +1,4 @@
-"""The benchmark scripts in experiments/ run end to end at tiny sizes and report what they
+"""The benchmark scripts in benchmarks/ run end to end at tiny sizes and report what they
 promise (the numbers themselves are measured on real sizes, not asserted here)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                'experiments'))
+                                'benchmarks'))
 
 
 @pytest.mark.slow

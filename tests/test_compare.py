@@ -15,9 +15,9 @@ from sgpo_jax.config import defaults as default_config
 from sgpo_jax import train
 from tests.test_train import read_jsonl, tiny_run_config
 
+from sgpo_jax.compare import analysis, arms, runner
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, 'experiments'))
-import compare  # noqa: E402
 
 
 def _step_rows(workdir):
@@ -127,7 +127,7 @@ def test_default_config_learns_end_to_end(tmp_path):
 
 @pytest.mark.slow
 def test_compare_smoke_writes_every_field(tmp_path):
-  cmd = [sys.executable, 'experiments/compare.py', '--smoke', '--bootstrap', '50',
+  cmd = [sys.executable, '-m', 'sgpo_jax.compare', 'run', '--smoke', '--bootstrap', '50',
          '--results-dir', str(tmp_path / 'results'), '--runs-dir', str(tmp_path / 'runs'),
          '--cache-dir', os.path.join(os.environ.get('SGPO_TEST_CACHE', '/tmp'),
                                      'sgpo_test_warm_start')]
@@ -141,7 +141,7 @@ def test_compare_smoke_writes_every_field(tmp_path):
               'command'):
     assert key in out, key
   block = out['regimes']['smoke']
-  assert set(block['arms']) == set(compare.ARMS)
+  assert set(block['arms']) == set(arms.ARMS)
   for arm in block['arms'].values():
     for key in ('flops_to_target', 'ratio_vs_grpo', 'ratio_vs_dapo', 'final_accuracy', 'auc',
                 'seeds', 'trivial_fraction', 'unsolved_fraction', 'epochs_grpo'):
@@ -165,33 +165,33 @@ def test_compare_smoke_writes_every_field(tmp_path):
 def test_first_reach_is_where_the_curve_reaches_and_holds_the_target():
   grid = np.arange(6.0)
   # Crosses 0.5 between 2 (0.4) and 3 (0.6): at 2.5; the bump at 1 fell back, so it does not count.
-  assert compare.first_reach(grid, np.array([0, .6, .4, .6, .7, .8]), 0.5) == pytest.approx(2.5)
+  assert analysis.first_reach(grid, np.array([0, .6, .4, .6, .7, .8]), 0.5) == pytest.approx(2.5)
   # Reached at the last point only: 4 + 0.5 / 0.9 of the way to 5.
-  assert compare.first_reach(grid, np.array([0, 0, 0, 0, 0, .9]), 0.5) == pytest.approx(4 + 5 / 9)
-  assert compare.first_reach(grid, np.zeros(6), 0.5) == float('inf')
+  assert analysis.first_reach(grid, np.array([0, 0, 0, 0, 0, .9]), 0.5) == pytest.approx(4 + 5 / 9)
+  assert analysis.first_reach(grid, np.zeros(6), 0.5) == float('inf')
   # Ends below the target: never, however long it was above before.
-  assert compare.first_reach(grid, np.array([0, .6, .6, .6, .6, .4]), 0.5) == float('inf')
+  assert analysis.first_reach(grid, np.array([0, .6, .6, .6, .6, .4]), 0.5) == float('inf')
   # Nothing defined before: no interpolation, the grid point itself.
-  assert compare.first_reach(grid, np.array([0, np.nan, .6, .6, .6, .6]), 0.5) == 2.0
-  assert compare.first_reach(grid, np.full(6, .7), 0.5) == 0.0
+  assert analysis.first_reach(grid, np.array([0, np.nan, .6, .6, .6, .6]), 0.5) == 2.0
+  assert analysis.first_reach(grid, np.full(6, .7), 0.5) == 0.0
   # A late dip moves the crossing past it: 7 + 0.1 / 0.2.
   curve = np.array([0, .6, .6, .6, .6, .6, .6, .4, .6, .6, .6])
-  assert compare.first_reach(np.arange(11.0), curve, 0.5) == pytest.approx(7.5)
+  assert analysis.first_reach(np.arange(11.0), curve, 0.5) == pytest.approx(7.5)
 
 
 def test_grid_is_log_spaced_from_a_fraction_of_the_budget_to_the_budget():
-  grid = compare.make_grid(1.5e12)
+  grid = analysis.make_grid(1.5e12)
   assert grid[0] == 0.0 and grid[-1] == pytest.approx(1.5e12)
-  assert grid[1] == pytest.approx(1.5e12 / compare.GRID_SPAN)
+  assert grid[1] == pytest.approx(1.5e12 / analysis.GRID_SPAN)
   steps = grid[2:] / grid[1:-1]
   assert np.allclose(steps, steps[0]) and steps[0] < 1.02  # ratios resolved to ~2%
 
 
 def test_ratio_conventions():
-  assert compare.ratio(6.0, 3.0) == 2.0
-  assert compare.ratio(float('inf'), 3.0) == float('inf')  # only the arm reaches
-  assert compare.ratio(3.0, float('inf')) == 0.0
-  assert np.isnan(compare.ratio(float('inf'), float('inf')))
+  assert analysis.ratio(6.0, 3.0) == 2.0
+  assert analysis.ratio(float('inf'), 3.0) == float('inf')  # only the arm reaches
+  assert analysis.ratio(3.0, float('inf')) == 0.0
+  assert np.isnan(analysis.ratio(float('inf'), float('inf')))
 
 
 def _linear_curves(slopes, grid):
@@ -205,10 +205,10 @@ def test_bootstrap_recovers_a_known_ratio_with_a_tight_interval():
   fast = _linear_curves([0.16, 0.16, 0.16], grid)
   curves = {'grpo': grpo, 'fast': fast}
   finals = {'grpo': grpo[:, -1], 'fast': fast[:, -1]}
-  boot = compare.bootstrap_flops(grid, curves, finals, num=200)
-  ratios = [compare.ratio(g, f) for g, f in zip(boot['flops']['grpo'], boot['flops']['fast'])]
-  assert compare.interval(np.array(ratios)) == pytest.approx([2.0, 2.0])
-  assert compare.interval(boot['target']) == pytest.approx([0.8, 0.8])
+  boot = analysis.bootstrap_flops(grid, curves, finals, num=200)
+  ratios = [analysis.ratio(g, f) for g, f in zip(boot['flops']['grpo'], boot['flops']['fast'])]
+  assert analysis.interval(np.array(ratios)) == pytest.approx([2.0, 2.0])
+  assert analysis.interval(boot['target']) == pytest.approx([0.8, 0.8])
 
 
 def test_bootstrap_interval_widens_with_seed_spread_and_covers_the_point():
@@ -217,11 +217,11 @@ def test_bootstrap_interval_widens_with_seed_spread_and_covers_the_point():
   arm = _linear_curves([0.10, 0.13, 0.16, 0.20, 0.25], grid)
   curves = {'grpo': grpo, 'arm': arm}
   finals = {a: c[:, -1] for a, c in curves.items()}
-  boot = compare.bootstrap_flops(grid, curves, finals, num=400, seed=1)
-  ci = compare.interval(np.array([compare.ratio(g, f) for g, f in
+  boot = analysis.bootstrap_flops(grid, curves, finals, num=400, seed=1)
+  ci = analysis.interval(np.array([analysis.ratio(g, f) for g, f in
                                   zip(boot['flops']['grpo'], boot['flops']['arm'])]))
-  point = compare.ratio(compare.first_reach(grid, grpo.mean(0), 0.8),
-                        compare.first_reach(grid, compare.seed_mean(arm), 0.8))
+  point = analysis.ratio(analysis.first_reach(grid, grpo.mean(0), 0.8),
+                        analysis.first_reach(grid, analysis.seed_mean(arm), 0.8))
   assert ci[0] < point < ci[1]
   # The slowest seed alone reaches 0.8 at 8.0 (ratio 1.25), the fastest at 3.2 (3.125).
   assert 1.25 <= ci[0] and ci[1] <= 3.125 + 1e-9
@@ -229,14 +229,14 @@ def test_bootstrap_interval_widens_with_seed_spread_and_covers_the_point():
 
 def test_interval_is_infinite_when_the_arm_often_misses():
   samples = np.array([1.0] * 90 + [np.inf] * 10)
-  assert compare.interval(samples) == [1.0, float('inf')]
-  assert compare.interval(np.array([np.nan, np.nan])) is None
+  assert analysis.interval(samples) == [1.0, float('inf')]
+  assert analysis.interval(np.array([np.nan, np.nan])) is None
 
 
 def test_auc_is_mean_accuracy_over_the_budget():
   grid = np.linspace(0, 4, 5)
-  assert compare.auc(grid, np.array([0.0, .25, .5, .75, 1.0])) == pytest.approx(0.5)
-  assert compare.auc(grid, np.full(5, 0.7)) == pytest.approx(0.7)
+  assert analysis.auc(grid, np.array([0.0, .25, .5, .75, 1.0])) == pytest.approx(0.5)
+  assert analysis.auc(grid, np.full(5, 0.7)) == pytest.approx(0.7)
 
 
 def _fake_run(path, seed, xs, ys, method='grpo', wall=10.0):
@@ -259,7 +259,7 @@ def test_analyse_regime_on_hand_made_runs(tmp_path):
       path = str(tmp_path / f'{arm}_seed{s}')
       _fake_run(path, s, xs, 0.2 + slope * xs, wall=20.0 if arm == 'fast' else 10.0)
       runs[arm].append(path)
-  out = compare.analyse_regime(runs, 100.0, num_bootstrap=100)
+  out = analysis.analyse_regime(runs, 100.0, num_bootstrap=100)
   assert out['target_accuracy'] == pytest.approx(0.7)
   a = out['arms']
   assert a['grpo']['flops_to_target']['mean'] == pytest.approx(100.0)
@@ -280,11 +280,11 @@ def test_analyse_regime_on_hand_made_runs(tmp_path):
 
 
 def test_arms_and_seed_parsing():
-  assert compare.parse_seeds('0-2,5') == [0, 1, 2, 5]
-  name, (method, over) = compare.parse_arm('x=sgpo,sgpo.group_sizes=(4,8),profile.num_samples=2')
+  assert arms.parse_seeds('0-2,5') == [0, 1, 2, 5]
+  name, (method, over) = arms.parse_arm('x=sgpo,sgpo.group_sizes=(4,8),profile.num_samples=2')
   assert (name, method, over) == ('x', 'sgpo', {'sgpo.group_sizes': '(4,8)',
                                                 'profile.num_samples': 2})
-  entries = compare.run_entries(['a', 'b'], {'grpo': ('grpo', {}), 'dapo': ('dapo', {})},
+  entries = arms.run_entries(['a', 'b'], {'grpo': ('grpo', {}), 'dapo': ('dapo', {})},
                                 [0, 1], {})
   assert [(e['seed'], e['regime'], e['arm']) for e in entries][:4] == [
       (0, 'a', 'grpo'), (0, 'a', 'dapo'), (0, 'b', 'grpo'), (0, 'b', 'dapo')]
@@ -353,7 +353,7 @@ def test_runs_of_another_regime_definition_are_left_out(tmp_path):
     path = tmp_path / 'r' / name
     _fake_run(str(path), 0, [0.0, 1e12], [0.2, 0.3])
     (path / 'config.json').write_text(json.dumps(config))
-  runs = compare.finished_runs(str(tmp_path), 'r', ['grpo', 'dapo'], [0, 1], log=lambda m: None)
+  runs = analysis.finished_runs(str(tmp_path), 'r', ['grpo', 'dapo'], [0, 1], log=lambda m: None)
   assert [os.path.basename(w) for w in runs['dapo']] == ['dapo_seed0']  # cache_dir may differ
 
 
@@ -363,13 +363,14 @@ def test_a_model_field_added_later_at_its_default_keeps_the_regime():
          'eval': {'every_steps': 12}}
   new = json.loads(json.dumps(old))
   new['model']['qk_norm'] = False  # the default: older runs behaved the same
-  assert compare.regime_signature(old) == compare.regime_signature(new)
+  assert analysis.regime_signature(old) == analysis.regime_signature(new)
   new['model']['qk_norm'] = True
-  assert compare.regime_signature(old) != compare.regime_signature(new)
+  assert analysis.regime_signature(old) != analysis.regime_signature(new)
 
 
 def test_bayes_diagnostics_on_a_hand_made_run(tmp_path):
-  import bayes_diagnostics
+  from sgpo_jax.compare import __main__ as cli
+  from sgpo_jax.compare import diagnostics as bayes_diagnostics
   path = tmp_path / 'default' / 'sgpo_bayes_seed0'
   os.makedirs(path)
   rows = [{'step': 1, 'reward_mean': 0.5, 'padding_fraction': 0.0, 'rounds': 3,
@@ -396,8 +397,8 @@ def test_bayes_diagnostics_on_a_hand_made_run(tmp_path):
   assert d['sparse_steps'] == 0.0 and 'epoch_cuts' not in d
   assert bayes_diagnostics.sparse_share([0.0, 0.75, 0.9, 0.5]) == 0.5
   out = tmp_path / 'diag.md'
-  bayes_diagnostics.main(['--runs-dir', str(tmp_path), '--regime', 'default', '--arms',
-                          'sgpo_bayes', '--seeds', '0', '--out', str(out)])
+  assert cli.main(['diagnose', '--runs-dir', str(tmp_path), '--regime', 'default', '--arms',
+                   'sgpo_bayes', '--seeds', '0', '--out', str(out)]) == 0
   assert '| sgpo_bayes | 1 | 70.0 | 10.0% | 30.0% | 60.0% | 2.50 | 2.00 | 33.3% |' \
       in out.read_text()
 
@@ -409,14 +410,14 @@ def test_a_run_locked_by_another_sweep_process_is_skipped_not_rerun(tmp_path):
   workdir = tmp_path / 'paper_like' / 'grpo_seed0'
   workdir.mkdir(parents=True)
   logs = []
-  with open(workdir / compare.RUN_LOCK, 'w') as held:
+  with open(workdir / runner.RUN_LOCK, 'w') as held:
     fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     # A lock held through another open file description blocks, as another process's would.
-    assert compare.run_one(entry, str(tmp_path), '/nonexistent-code-dir', logs.append) is None
+    assert runner.run_one(entry, str(tmp_path), '/nonexistent-code-dir', logs.append) is None
   assert 'another sweep process is running it' in logs[-1]
   assert not (workdir / 'stdout.log').exists()  # nothing was started
   (workdir / 'summary.json').write_text('{}')  # finished: reported done, not rerun
-  assert compare.run_one(entry, str(tmp_path), '/nonexistent-code-dir', logs.append) is True
+  assert runner.run_one(entry, str(tmp_path), '/nonexistent-code-dir', logs.append) is True
 
 
 def test_runs_from_another_initial_policy_are_left_out_and_the_machine_is_reported(tmp_path):
@@ -437,13 +438,13 @@ def test_runs_from_another_initial_policy_are_left_out_and_the_machine_is_report
       summary['environment'] = env
     (path / 'summary.json').write_text(json.dumps(summary))
   logs = []
-  runs = compare.finished_runs(str(tmp_path), 'r', ['grpo', 'dapo'], [0, 1], log=logs.append)
+  runs = analysis.finished_runs(str(tmp_path), 'r', ['grpo', 'dapo'], [0, 1], log=logs.append)
   assert [os.path.basename(w) for w in runs['dapo']] == ['dapo_seed0']
   assert any('dapo_seed1: another initial policy' in m and '(0.312, 0.25) vs (0.249, 0.2)' in m
              for m in logs)
-  line = compare.machine_line(runs['grpo'] + runs['dapo'])
+  line = analysis.machine_line(runs['grpo'] + runs['dapo'])
   assert line == 'Xeon (avx2, avx512f), jax 0.10.2, jaxlib 0.10.2, flax 0.12.8 (1 runs without a record)'
-  assert compare.machine_line([str(tmp_path / 'r' / 'dapo_seed0')]).startswith('machine not recorded')
+  assert analysis.machine_line([str(tmp_path / 'r' / 'dapo_seed0')]).startswith('machine not recorded')
 
 
 def test_environment_describes_versions_and_cpu(tmp_path):
@@ -454,3 +455,35 @@ def test_environment_describes_versions_and_cpu(tmp_path):
                                                 'features': ['amx_tile', 'avx2', 'fma']}
   d = environment.describe()
   assert d['packages']['jax'] and d['backend'] == 'cpu' and json.dumps(d)
+
+
+def test_cli_report_writes_the_compare_files_from_finished_runs_and_names_bad_arms(tmp_path,
+                                                                                    capsys):
+  from sgpo_jax.compare import __main__ as cli
+  config = {'data': {'num_eval': 2048, 'rl_pool_size': 0, 'num_train': 640}, 'model': {},
+            'warm_start': {'steps': 1500}, 'eval': {'every_steps': 12},
+            'train': {'flops_budget': 100.0, 'rows_per_batch': 64}, 'grpo': {'group_size': 8}}
+  xs = np.linspace(0, 100, 11)
+  for arm, slope in (('grpo', 0.005), ('dapo', 0.0075)):
+    for s in range(2):
+      path = tmp_path / 'runs' / 'paper_like' / f'{arm}_seed{s}'
+      _fake_run(str(path), s, xs, 0.2 + slope * xs, method=arm)
+      (path / 'config.json').write_text(json.dumps(config))
+  out = tmp_path / 'results'
+  args = ['--regimes', 'paper_like', '--arms', 'grpo,dapo', '--seeds', '0-1', '--runs-dir',
+          str(tmp_path / 'runs'), '--results-dir', str(out), '--bootstrap', '50']
+  assert cli.main(['report'] + args) == 0
+  results = json.loads((out / 'compare.json').read_text())
+  assert results['command'] == 'python -m sgpo_jax.compare report ' + ' '.join(args)
+  block = results['regimes']['paper_like']
+  assert set(block['arms']) == {'grpo', 'dapo'} and block['epochs_grpo'] == 10 * 8 / 640
+  # GRPO ends at 0.7; DAPO's line reaches it at 2/3 of the budget: 1.5x fewer FLOPs.
+  assert block['arms']['dapo']['ratio_vs_grpo']['point'] == pytest.approx(1.5, rel=0.03)
+  assert (out / 'compare.md').exists() and (out / 'plots' / 'compare_paper_like.png').exists()
+  with pytest.raises(SystemExit):
+    cli.main(['run', '--arms', 'grpo,nope', '--runs-dir', str(tmp_path / 'x')])
+  assert "--arms: unknown ['nope']" in capsys.readouterr().err
+  # No finished GRPO run: no report, a non-zero exit and the reason.
+  assert cli.main(['report', '--regimes', 'default', '--runs-dir', str(tmp_path / 'runs'),
+                   '--results-dir', str(tmp_path / 'none')]) == 1
+  assert 'no finished GRPO run' in capsys.readouterr().err

@@ -1,14 +1,9 @@
-"""experiments/compare_metrics.py: two runs are the same run up to timing fields."""
+"""`python -m sgpo_jax.compare same-run`: two runs are the same run up to timing fields."""
 
-import importlib.util
 import json
-import pathlib
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location('compare_metrics',
-                                              REPO / 'experiments/compare_metrics.py')
-compare_metrics = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(compare_metrics)
+from sgpo_jax.compare import __main__ as cli
+from sgpo_jax.compare import same_run as compare_metrics
 
 
 def _write(workdir, rows):
@@ -25,7 +20,7 @@ def test_timing_fields_are_ignored_and_everything_else_is_exact(tmp_path):
   _write(tmp_path / 'd', base[:1])
   assert compare_metrics.compare_workdirs(tmp_path / 'a', tmp_path / 'b') == {
       'metrics.jsonl': []}
-  assert compare_metrics.main([str(tmp_path / 'a'), str(tmp_path / 'b')]) == 0
+  assert cli.main(['same-run', str(tmp_path / 'a'), str(tmp_path / 'b')]) == 0
   diffs = compare_metrics.compare_workdirs(tmp_path / 'a', tmp_path / 'c')['metrics.jsonl']
   assert len(diffs) == 1 and 'loss' in diffs[0]
-  assert compare_metrics.main([str(tmp_path / 'a'), str(tmp_path / 'd')]) == 1
+  assert cli.main(['same-run', str(tmp_path / 'a'), str(tmp_path / 'd')]) == 1

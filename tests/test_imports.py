@@ -92,3 +92,15 @@ def test_sgpo_jax_import_graph_is_acyclic():
   graph = {m: imported(m, p, set(names)) - {m} for m, p in names.items()}
   assert len(graph) > 30
   assert find_cycle(graph) is None, ' -> '.join(find_cycle(graph))
+
+
+def test_the_package_never_imports_a_study_or_a_benchmark():
+  """studies/ and benchmarks/ use the package; nothing in sgpo_jax (CLIs included) uses them."""
+  offenders = []
+  for module, path in module_names().items():
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+      names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+               [node.module or ''] if isinstance(node, ast.ImportFrom) else [])
+      offenders += [f'{module} imports {name}' for name in names
+                    if name.split('.')[0] in ('studies', 'benchmarks', 'experiments')]
+  assert not offenders, offenders

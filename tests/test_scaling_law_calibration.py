@@ -526,18 +526,21 @@ def test_shipped_calibration_set_gives_finite_intervals_for_each_metric():
 
 
 def _calibrate_script():
-  import importlib
-  import os
-  import sys
-  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), 'experiments'))
-  return importlib.import_module('scaling_law_calibrate')
+  from studies.scaling_law import calibrate
+  return calibrate
 
 
 def _experiment_script(name):
-  """An experiments/ script as a module (they import scaling_law_calibrate by its name)."""
-  _calibrate_script()
+  """A scaling-law study script as a module: the replays the trainer's stoppers must equal."""
   import importlib
-  return importlib.import_module(name)
+  return importlib.import_module('studies.scaling_law.' + name.removeprefix('scaling_law_'))
+
+
+def _stop_set(runs, exclude_seed='', **kwargs):
+  """The stop calibration set of `runs` without one seed group, as calibrate-set builds it."""
+  from sgpo_jax.scaling_law.calibration_set import build_set
+  kwargs.setdefault('source', 'design runs')
+  return build_set([run for run in runs if run['seed_group'] != exclude_seed], 'stop', **kwargs)
 
 
 def _run_record(steps, values, total_steps):
@@ -548,36 +551,6 @@ def _run_record(steps, values, total_steps):
   return RunRecord(run_dir=Path('.'), name='r', model='m', params_nonembed=None,
                    total_steps=total_steps, metric='eval_accuracy', steps=steps,
                    values=np.asarray(values, float), flops_total=steps * 10.0)
-
-
-def test_thinned_readings_keep_the_first_reading_at_or_after_each_multiple():
-  calibrate = _calibrate_script()
-  # Readings at 0, 3, 5, 9, 10, 14, 20 of a 20-step run, thinned to every quarter (5 steps):
-  # 0, then the first at/after 5 (5), 10 (10), 15 (20) and 20 (20 again: used once).
-  run = _run_record([0, 3, 5, 9, 10, 14, 20], [.1, .2, .3, .4, .5, .6, .7], 20)
-  thin = calibrate.thin_readings(run, 0.25)
-  np.testing.assert_array_equal(thin.steps, [0, 5, 10, 20])
-  np.testing.assert_array_equal(thin.values, [.1, .3, .5, .7])
-  np.testing.assert_array_equal(thin.flops_total, [0, 50, 100, 200])
-  with pytest.raises(ValueError, match='spacing=1.0'):
-    calibrate.thin_readings(run, 1.0)
-
-
-def test_a_stop_on_thinned_readings_is_scored_against_the_full_runs_final():
-  calibrate = _calibrate_script()
-  # A flat run at 0.70 with a final window (last 5% = step 19-20) reading 0.74: the rule
-  # (window 0.3, epsilon 0.04, from half the run) stops at step 10 on the thinned readings,
-  # and the loss is the full run's final (0.74) minus the reading there (0.70).
-  steps = np.arange(21)
-  values = np.full(21, 0.70)
-  values[19:] = 0.74
-  run = _run_record(steps, values, 20)
-  setting = dict(min_fraction=0.5, window_fraction=0.3, epsilon=0.04, confirm_evals=1,
-                 peak_tolerance=None)
-  outcome = calibrate.stop_outcome(run, setting, calibrate.thin_readings(run, 0.1))
-  assert outcome['stop_step'] == 10
-  assert outcome['saved'] == pytest.approx(0.5)
-  assert outcome['loss'] == pytest.approx(0.04)
 
 
 def test_loo_line_offsets_equal_refitting_the_line_without_each_record():
@@ -640,57 +613,6 @@ def _bound_runs(late_final=0.66):
       evals.append({'eval': record, 'name': record.name, 'regime': 'r', 'group': config,
                     'seed_group': f'r/seed{seed}'})
   return evals
-
-
-def test_bound_rule_waits_for_a_config_seen_to_rise_late_and_never_sees_its_own_run():
-  calibrate = _calibrate_script()
-  evals = _bound_runs()
-  points = calibrate.bound_checkpoints(evals)
-  late, flat = points[6], points[0]  # late0, flat0
-  # At half the run both read their level (0.600); the late config's other seeds rose by
-  # 0.06 after that point, so its bound is far above its reading, a flat run's is not.
-  assert late[0.5]['reading'] == pytest.approx(0.60) == flat[0.5]['reading']
-  assert late[0.5]['upper'][0.9] - late[0.5]['reading'] > 0.04
-  assert flat[0.5]['upper'][0.9] - flat[0.5]['reading'] < 0.04
-  setting = dict(fractions=(0.5, 0.6, 0.7), confidence=0.9, delta=0.04, peak_tolerance=None)
-  stop_flat = calibrate.bound_outcome(evals[0]['eval'], flat, setting)
-  assert stop_flat['stop_step'] == 50 and stop_flat['loss'] == pytest.approx(0.0)
-  # The late run is not stopped at 50 or 60; at 70 it reads its final level.
-  stop_late = calibrate.bound_outcome(evals[6]['eval'], late, setting)
-  assert stop_late['stop_step'] == 70 and stop_late['loss'] == pytest.approx(0.0)
-  # A run's own future never enters its bound: changing where late0 ends leaves its
-  # checkpoints' bounds as they were.
-  changed = _bound_runs()
-  changed[6]['eval'].values[7:] = 0.99
-  again = calibrate.bound_checkpoints(changed)
-  for f in (0.5, 0.6):
-    assert again[6][f]['upper'] == late[f]['upper']
-  # With the config left out, 6 runs remain: too few for a finite 90% interval (n < 9), so
-  # the bound is the metric's ceiling and the rule never stops there.
-  grouped = calibrate.bound_checkpoints(evals, leave_out='group')
-  assert grouped[6][0.5]['upper'][0.9] == 1.0
-  assert calibrate.bound_outcome(evals[6]['eval'], grouped[6], setting)['stop_step'] is None
-  # With its seed group (flat0 and late0) left out, the other late seeds still tell.
-  by_seed = calibrate.bound_checkpoints(evals, leave_out='seed_group')
-  assert by_seed[6][0.5]['upper'][0.9] - by_seed[6][0.5]['reading'] > 0.04
-  assert calibrate.bound_outcome(evals[6]['eval'], by_seed[6], setting)['stop_step'] == 70
-  with pytest.raises(ValueError, match="leave_out='config'"):
-    calibrate.bound_checkpoints(evals, leave_out='config')
-
-
-def test_out_of_sample_choice_scores_the_held_out_group_with_the_chosen_setting():
-  calibrate = _calibrate_script()
-  evals = [{'name': f'r{i}', 'regime': 'x', 'group': 'ab'[i // 2]} for i in range(4)]
-  def outcome(loss, saved):
-    return {'stop_step': 1, 'saved': saved, 'loss': loss}
-  # Setting 'risky' saves most but loses 5 points on group a's runs; 'safe' meets the
-  # targets everywhere. Held out a: chosen on b, where risky meets them (and saves more).
-  grid = [{'setting': 'risky', 'outcomes': [outcome(0.05, 0.6), outcome(0.0, 0.6),
-                                            outcome(0.0, 0.6), outcome(0.0, 0.6)]},
-          {'setting': 'safe', 'outcomes': [outcome(0.0, 0.3)] * 4}]
-  rows = calibrate.choose_out_of_sample(evals, grid, calibrate.meets)
-  assert [row['setting'] for row in rows] == ['risky', 'risky', 'safe', 'safe']
-  assert [row['loss'] for row in rows] == [0.05, 0.0, 0.0, 0.0]
 
 
 def test_calibrated_forecasts_at_several_confidences_equal_one_call_each():
@@ -780,105 +702,6 @@ def _comparison_runs(tmp_path, seeds=(0, 1), arms=('grpo', 'dapo')):
   return runs
 
 
-def test_calibration_study_replays_the_same_from_dumped_trajectories(tmp_path):
-  calibrate = _calibrate_script()
-  dirs = _comparison_runs(tmp_path)
-  runs = calibrate.load_runs(dirs)
-  path = tmp_path / 'trajectories.json'
-  calibrate.dump_trajectories(runs, path)
-  back = calibrate.load_trajectories(path)
-  assert [run['name'] for run in back] == [run['name'] for run in runs]
-  for run, again in zip(runs, back):
-    for key in ('name', 'regime', 'group', 'seed_group'):
-      assert again[key] == run[key]
-    for key in ('eval', 'reward'):
-      assert prefix_features(again[key], 0.3) == prefix_features(run[key], 0.3)
-  assert calibrate.stop_outcome(back[0]['eval'], calibrate.DEFAULT_TREND) == \
-      calibrate.stop_outcome(runs[0]['eval'], calibrate.DEFAULT_TREND)
-  path.write_text(json.dumps({'version': 0, 'runs': []}))
-  with pytest.raises(ValueError, match='not a trajectories file of version 1'):
-    calibrate.load_trajectories(path)
-
-
-def _fresh_script():
-  return _experiment_script('scaling_law_fresh')
-
-
-def test_fresh_test_scores_only_complete_seeds_and_refuses_calibration_runs(tmp_path, capsys):
-  fresh = _fresh_script()
-  calibrate = _calibrate_script()
-  dirs = _comparison_runs(tmp_path, seeds=(5, 6, 7))
-  runs = calibrate.load_runs([d for d in dirs if d.name != 'dapo_seed6'])
-  kept, seeds = fresh.complete_seeds(runs)
-  assert seeds['seeds'] == ['seed5', 'seed7']
-  assert calibrate.seed_range(['d/a_seed0', 'd/b_seed1', 'd/a_seed2', 'd/a_seed4', 'sl/x']) == '0-2, 4'
-  assert seeds['dropped'] == {'seed6': ['default/dapo']}
-  assert sorted(run['name'] for run in kept) == [
-      'default/dapo_seed5', 'default/dapo_seed7', 'default/grpo_seed5', 'default/grpo_seed7']
-  # A run that is in the calibration set is not fresh: refused before anything is scored.
-  path = _regime_calibration(tmp_path, 0.55, {'x': (0.6, 0.6)})
-  data = json.loads(path.read_text())
-  data['records'][0]['run'] = 'default/grpo_seed5'
-  path.write_text(json.dumps(data))
-  with pytest.raises(SystemExit):
-    fresh.main([str(d) for d in dirs] + ['--calibration', str(path), '--out',
-                                         str(tmp_path / 'out')])
-  assert "['default/grpo_seed5'] are in the calibration set" in capsys.readouterr().err
-  assert not (tmp_path / 'out').exists()
-
-
-def _transfer_script():
-  return _experiment_script('scaling_law_stop_transfer')
-
-
-def test_transfer_stop_points_never_use_the_runs_own_seed():
-  transfer = _transfer_script()
-  evals = _bound_runs()
-  points = transfer.stop_points(evals, evals)
-  late = points[6]  # late0
-  # The other seeds of the late config rose after 60% of the run: late0's bound at half the
-  # run is far above its reading, flat0's is not.
-  assert late[0.5]['reading'] == pytest.approx(0.60)
-  assert late[0.5]['upper'][0.9] - late[0.5]['reading'] > 0.04
-  assert points[0][0.5]['upper'][0.9] - points[0][0.5]['reading'] < 0.04
-  # Its seed group (flat0, late0) never enters its forecasts: changing how both end leaves
-  # late0's bounds as they were; changing how another seed ends moves them.
-  changed = _bound_runs()
-  changed[0]['eval'].values[7:] = 0.9
-  changed[6]['eval'].values[7:] = 0.99
-  again = transfer.stop_points(changed[6:7], changed)[0]
-  assert again[0.5]['upper'] == late[0.5]['upper']
-  other = _bound_runs()
-  other[7]['eval'].values[7:] = 0.99  # late1
-  moved = transfer.stop_points(other[6:7], other)[0]
-  assert moved[0.5]['upper'][0.9] > late[0.5]['upper'][0.9] + 1e-6
-  setting = dict(fractions=(0.5, 0.6, 0.7), confidence=0.9, delta=0.04, peak_tolerance=None)
-  calibrate = _calibrate_script()
-  assert calibrate.bound_outcome(evals[0]['eval'], points[0], setting)['stop_step'] == 50
-  assert calibrate.bound_outcome(evals[6]['eval'], late, setting)['stop_step'] == 70
-
-
-def test_transfer_choice_and_refusal_of_a_seed_in_both_halves(tmp_path, capsys):
-  transfer = _transfer_script()
-  calibrate = _calibrate_script()
-  def entry(name, saved, worst):
-    return {'setting': name, 'saved_mean': saved, 'loss_mean': 0.0, 'loss_max': worst}
-  # The most saving entry that meets the targets (worst <= 3 points), not the most saving.
-  entries = [entry('a', 0.5, 0.031), entry('b', 0.35, 0.03), entry('c', 0.2, 0.0)]
-  assert transfer.choose(entries)['setting'] == 'b'
-  assert transfer.choose([entry('a', 0.5, 0.05)]) is None
-  dirs = _comparison_runs(tmp_path, seeds=(5, 6))
-  runs = calibrate.load_runs(dirs)
-  calibrate.dump_trajectories([r for r in runs if r['name'].endswith('seed5')],
-                              tmp_path / 'design.json')
-  calibrate.dump_trajectories(runs, tmp_path / 'test.json')
-  with pytest.raises(SystemExit):
-    transfer.main(['--design', str(tmp_path / 'design.json'), '--test',
-                   str(tmp_path / 'test.json'), '--out', str(tmp_path / 'out')])
-  assert "seed groups ['default/seed5'] are in both" in capsys.readouterr().err
-  assert not (tmp_path / 'out').exists()
-
-
 def _bound_config(**overrides):
   return {'enabled': True, 'rule': 'bound', 'bound_fractions': (0.5, 0.6, 0.7),
           'bound_confidence': 0.9, 'bound_delta': 0.04, 'peak_tolerance': None, **overrides}
@@ -886,14 +709,14 @@ def _bound_config(**overrides):
 
 def test_trainer_bound_stopper_equals_the_replay_when_evals_fall_on_the_fractions():
   from sgpo_jax.scaling_law.early_stop import BoundStopper
-  transfer = _transfer_script()
+  transfer = _experiment_script('stop_transfer')
   calibrate = _calibrate_script()
   evals = _bound_runs()
   setting = dict(fractions=(0.5, 0.6, 0.7), confidence=0.9, delta=0.04, peak_tolerance=None)
   points = transfer.stop_points(evals, evals)
   for i in (0, 3, 6, 9):  # flat0, flat3, late0, late3
     run = evals[i]
-    calibration = transfer.calibration_set(evals, exclude_seed=run['seed_group'])
+    calibration = _stop_set(evals, exclude_seed=run['seed_group'])
     stopper = BoundStopper(_bound_config(), 100, calibration=calibration,
                            method=run['eval'].method, regime='r', group=run['group'])
     stop = None
@@ -915,9 +738,8 @@ def test_trainer_bound_stopper_equals_the_replay_when_evals_fall_on_the_fraction
 def test_trainer_bound_stopper_decides_once_per_fraction_at_the_first_eval_past_it():
   from sgpo_jax.scaling_law.calibration import CalibrationSet
   from sgpo_jax.scaling_law.early_stop import BoundStopper, make_stopper
-  transfer = _transfer_script()
   evals = _bound_runs()
-  calibration = transfer.calibration_set(evals[1:6] + evals[7:])
+  calibration = _stop_set(evals[1:6] + evals[7:])
   # Evals every 15 steps: the first at or after 50 is 60 (deciding 0.5 and 0.6 at once, from
   # the prefix up to 0.6), then 75 for 0.7; 90 decides nothing.
   stopper = BoundStopper(_bound_config(bound_delta=0.0), 100, calibration=calibration,
@@ -941,9 +763,9 @@ def test_trainer_bound_stopper_decides_once_per_fraction_at_the_first_eval_past_
   assert decisions[75].predicted_plateau == pytest.approx(expected.predicted_final)
   assert decisions[75].plateau_ci == pytest.approx(tuple(expected.interval))
   # A calibration record of the run itself (a design run retrained) is left out by name.
-  own = BoundStopper(_bound_config(), 100, calibration=transfer.calibration_set(evals),
+  own = BoundStopper(_bound_config(), 100, calibration=_stop_set(evals),
                      method='flat', regime='r', group='flat', run='flat0')
-  other = BoundStopper(_bound_config(), 100, calibration=transfer.calibration_set(evals[1:]),
+  other = BoundStopper(_bound_config(), 100, calibration=_stop_set(evals[1:]),
                        method='flat', regime='r', group='flat', run='flat0')
   for step in range(0, 61, 10):
     a, b = (x.update_row({'step': step, 'eval_accuracy': 0.6}) for x in (own, other))
@@ -985,7 +807,6 @@ def _mixed_regime_runs():
 def test_bound_stopper_with_intervals_per_config_stops_a_steady_config_and_waits_on_a_riser():
   from sgpo_jax.scaling_law.calibration import CalibrationSet
   from sgpo_jax.scaling_law.early_stop import BoundStopper
-  transfer = _transfer_script()
   runs = _mixed_regime_runs()
 
   def stop_step(run, calibration):
@@ -999,8 +820,8 @@ def test_bound_stopper_with_intervals_per_config_stops_a_steady_config_and_waits
 
   steady, riser = runs[0], runs[11]  # seed 0 of each: neither rises
   others = [r for r in runs if r['seed_group'] != 'r/seed0']  # 9 seeds of each config
-  pooled = transfer.calibration_set(others)
-  per_config = transfer.calibration_set(others, config_scores_min=9, source='hand-made')
+  pooled = _stop_set(others)
+  per_config = _stop_set(others, config_scores_min=9, source='hand-made')
   assert per_config.config_scores_min == 9 and per_config.source == 'hand-made'
   assert per_config.records == pooled.records  # the same runs; only the interval rule differs
   # Pooled, the riser's late gains widen every interval: the steady run never stops.
@@ -1011,7 +832,7 @@ def test_bound_stopper_with_intervals_per_config_stops_a_steady_config_and_waits
   assert step == 50 and 'interval from the 9 runs of config r/steady' in decision.reason
   assert stop_step(riser, per_config)[0] is None
   # With too few runs of its config (8 < 9) the pool's scores apply, as without the rule.
-  fewer = transfer.calibration_set([r for r in others if r['name'] != 'r/steady_seed1'],
+  fewer = _stop_set([r for r in others if r['name'] != 'r/steady_seed1'],
                                    config_scores_min=9)
   assert stop_step(steady, fewer)[0] is None
   # The rule travels in the set's file, as the trainer loads it.
@@ -1033,9 +854,8 @@ def test_config_check_names_a_bad_bound_setting_before_compute():
 
 def test_trainer_bound_stopper_resumed_from_its_log_decides_as_the_uninterrupted_one():
   from sgpo_jax.scaling_law.early_stop import BoundStopper
-  transfer = _transfer_script()
   evals = _bound_runs()
-  calibration = transfer.calibration_set(evals[1:6] + evals[7:])
+  calibration = _stop_set(evals[1:6] + evals[7:])
   run = evals[6]['eval']  # late0: continues at 0.5 and 0.6, stops at 0.7
   steps = np.arange(0, 101, 5)  # evals every 5 steps: most decide nothing
   rows = [{'step': int(s), 'eval_accuracy': float(v)}
@@ -1075,59 +895,6 @@ def test_trend_stopper_resumed_from_its_log_keeps_the_uninterrupted_streak():
   # A NaN reading is no eval: no decision, the streak as it was.
   nan_row = TrendStopper(config, 100)
   assert nan_row.update_row({'step': 0, 'eval_accuracy': float('nan')}) is None
-
-
-def _extend_script():
-  return _experiment_script('scaling_law_extend_calibration')
-
-
-def test_extended_calibration_set_adds_the_runs_features_once(tmp_path, capsys):
-  extend = _extend_script()
-  calibrate = _calibrate_script()
-  runs = calibrate.load_runs(_comparison_runs(tmp_path, seeds=(5, 6)))
-  calibrate.dump_trajectories(runs, tmp_path / 'fresh.json')
-  base = tmp_path / 'base.json'
-  base.write_text(CalibrationSet([_record('default/knapsack_seed0', 0.55, 0.6,
-                                          regime='default')], 'the old runs').to_json())
-  out = tmp_path / 'extended.json'
-  assert extend.main(['--trajectories', str(tmp_path / 'fresh.json'), '--base', str(base),
-                      '--out', str(out)]) == 0
-  extended = CalibrationSet.from_json(out.read_text())
-  # The base record, then exactly what the calibration study computes from the run folders
-  # (features at every calibration fraction, both metrics), with the run's group and regime.
-  direct = calibrate.run_features(runs, calibrate.CALIBRATION_FRACTIONS)
-  assert extended.records[0].run == 'default/knapsack_seed0'
-  assert extended.records[1:] == list(direct.values())
-  assert len(extended.records) == 1 + 4 * 2 * len(calibrate.CALIBRATION_FRACTIONS)
-  assert {r.group for r in extended.records[1:]} == {'default/grpo', 'default/dapo'}
-  assert extended.source == f'the old runs; and 4 fresh-seed test runs ({tmp_path.name})'
-  # Extending again with the same runs would count them twice: refused, nothing written.
-  with pytest.raises(SystemExit):
-    extend.main(['--trajectories', str(tmp_path / 'fresh.json'), '--base', str(out),
-                 '--out', str(tmp_path / 'twice.json')])
-  assert 'are already in the calibration set' in capsys.readouterr().err
-  assert not (tmp_path / 'twice.json').exists()
-
-
-def test_pool_check_leaves_the_whole_seed_out():
-  extend = _extend_script()
-  records = [_record(f'default/{arm}_seed{seed}', 0.5 + 0.01 * seed, 0.6 + 0.01 * seed
-                     + 0.005 * k, method=arm, group=f'default/{arm}', regime='default')
-             for seed in range(10) for k, arm in enumerate(('grpo', 'dapo'))]
-  assert extend.seed_key(records[0]) == 'default/seed0'
-  target = records[0]
-  baseline = extend.score(records, [target], leave_out_seed=True)['eval_accuracy']
-  # How seed 0's other arm ends cannot move seed 0's forecast; how another seed ends can.
-  mate = dataclasses.replace(records[1], actual=0.95)
-  again = extend.score([target, mate] + records[2:], [target], leave_out_seed=True)
-  assert again['eval_accuracy'] == baseline
-  other = dataclasses.replace(records[2], actual=0.95)
-  moved = extend.score(records[:2] + [other] + records[3:], [target], leave_out_seed=True)
-  assert moved['eval_accuracy']['err'] != baseline['err']
-  # Without leaving the seed out the target's own record never counts either (the CLI's
-  # CalibrationSet.without), but its seed-mate does.
-  within = extend.score([target, mate] + records[2:], [target])['eval_accuracy']
-  assert within['err'] != extend.score(records, [target])['eval_accuracy']['err']
 
 
 def test_config_own_scores_take_the_interval_from_the_configs_seeds_only():
@@ -1172,37 +939,6 @@ def test_config_own_rule_travels_with_the_calibration_set(tmp_path):
     CalibrationSet([], config_scores_min=-1)
 
 
-def test_extension_keeps_a_run_of_two_overlapping_files_once(tmp_path, capsys):
-  extend = _extend_script()
-  calibrate = _calibrate_script()
-  runs = calibrate.load_runs(_comparison_runs(tmp_path, seeds=(5, 6)))
-  calibrate.dump_trajectories(runs, tmp_path / 'all.json')
-  calibrate.dump_trajectories(runs[:2], tmp_path / 'part.json')  # seed 5's runs again
-  base = tmp_path / 'base.json'
-  base.write_text(CalibrationSet([], 'none').to_json())
-  out = tmp_path / 'extended.json'
-  assert extend.main(['--trajectories', str(tmp_path / 'all.json'), str(tmp_path / 'part.json'),
-                      '--base', str(base), '--out', str(out), '--config-scores-min', '9']) == 0
-  extended = CalibrationSet.load(out)
-  assert len(extended.records) == 4 * 2 * len(calibrate.CALIBRATION_FRACTIONS)
-  assert extended.config_scores_min == 9
-  # Without the flag the base's rule is kept (extending the shipped set keeps its rule).
-  ruled = tmp_path / 'ruled.json'
-  ruled.write_text(CalibrationSet([], 'none', config_scores_min=7).to_json())
-  assert extend.main(['--trajectories', str(tmp_path / 'all.json'), '--base', str(ruled),
-                      '--out', str(tmp_path / 'kept.json')]) == 0
-  assert CalibrationSet.load(tmp_path / 'kept.json').config_scores_min == 7
-  # The same run with other readings in the second file is refused, nothing written.
-  changed = calibrate.load_trajectories(tmp_path / 'part.json')
-  changed[0]['eval'].values[-3:] += 0.05
-  calibrate.dump_trajectories(changed, tmp_path / 'changed.json')
-  with pytest.raises(SystemExit):
-    extend.main(['--trajectories', str(tmp_path / 'all.json'), str(tmp_path / 'changed.json'),
-                 '--base', str(base), '--out', str(tmp_path / 'bad.json')])
-  assert 'with different eval_accuracy readings' in capsys.readouterr().err
-  assert not (tmp_path / 'bad.json').exists()
-
-
 def _budgeted_bound_runs():
   """`_bound_runs` in regime 'default', with training rows whose FLOPs reach the regime's
   budget at step 89.5 (the eval record still says 100 steps): the trainer projects 90."""
@@ -1241,93 +977,3 @@ def test_trainer_table_replays_settings_as_the_bound_stopper_itself():
   with pytest.raises(ValueError, match='outside what trainer_table recorded'):
     trainer.table_outcome(runs[0], tables[0], {**settings[0], 'fractions': (0.1, 0.5)})
 
-
-def test_stop_trainer_script_chooses_and_tests_on_other_seeds(tmp_path, capsys):
-  trainer = _experiment_script('scaling_law_stop_trainer')
-  calibrate = _calibrate_script()
-  runs = calibrate.load_runs(_comparison_runs(tmp_path, seeds=(5, 6, 7)))
-  calibrate.dump_trajectories([r for r in runs if not r['name'].endswith('seed7')],
-                              tmp_path / 'design.json')
-  calibrate.dump_trajectories([r for r in runs if r['name'].endswith('seed7')],
-                              tmp_path / 'test.json')
-  written = tmp_path / 'stop_set.json'
-  out = tmp_path / 'out'
-  assert trainer.main(['--design', str(tmp_path / 'design.json'), '--test',
-                       str(tmp_path / 'test.json'), '--out', str(out),
-                       '--write-calibration', str(written)]) == 0
-  result = json.loads((out / 'stop_results.json').read_text())
-  assert result['design']['n_runs'] == 4 and result['test']['n_runs'] == 2
-  assert result['test']['seeds'] == ['seed7']
-  # The written set is the design runs' features at every checkpoint fraction.
-  assert len(CalibrationSet.load(written).records) == 4 * len(trainer.transfer.FRACTIONS)
-  assert '## Test runs' in (out / 'stop_results.md').read_text()
-  with pytest.raises(SystemExit):
-    trainer.main(['--design', str(tmp_path / 'design.json'), '--test',
-                  str(tmp_path / 'design.json'), '--out', str(tmp_path / 'again')])
-  assert "seeds ['seed5', 'seed6'] are in both" in capsys.readouterr().err
-  # Intervals per config: in the design pools and the written set, named in the report.
-  assert trainer.main(['--design', str(tmp_path / 'design.json'), '--out', str(out),
-                       '--write-calibration', str(written), '--config-scores-min', '2']) == 0
-  ruled = CalibrationSet.load(written)
-  assert ruled.config_scores_min == 2
-  assert json.loads(written.read_text())['source'] == (
-      'the 4 design runs (seeds 5-6) of experiments/scaling_law_stop_trainer.py')
-  assert json.loads((out / 'stop_results.json').read_text())['config_scores_min'] == 2
-  assert 'Intervals per config (`config_scores_min` 2)' in (out / 'stop_results.md').read_text()
-  with pytest.raises(SystemExit):
-    trainer.main(['--design', str(tmp_path / 'design.json'), '--out', str(out),
-                  '--config-scores-min', '-1'])
-  assert '--config-scores-min=-1 must be >= 0' in capsys.readouterr().err
-  # The design tables cached: a second call reads them back and reports the same; another
-  # interval rule does not reuse them.
-  cache = tmp_path / 'tables.json'
-  args = ['--design', str(tmp_path / 'design.json'), '--test', str(tmp_path / 'test.json'),
-          '--design-cache', str(cache)]
-  assert trainer.main(args + ['--out', str(tmp_path / 'first')]) == 0
-  key = json.loads(cache.read_text())['key']
-  cached, used = trainer.cached_design_tables(
-      trainer.load([tmp_path / 'design.json']), {}, cache, 0)
-  assert used and cached[0] and set(cached[0][0]['upper']) == set(trainer.CONFIDENCES)
-  assert trainer.main(args + ['--out', str(tmp_path / 'second')]) == 0
-  assert (tmp_path / 'first' / 'stop_results.json').read_text() == \
-      (tmp_path / 'second' / 'stop_results.json').read_text()
-  assert trainer.main(args + ['--out', str(tmp_path / 'third'), '--config-scores-min', '2']) == 0
-  assert json.loads(cache.read_text())['key'] != key
-  # The frontier rows: off by default (earlier reports unchanged), on with the flag.
-  assert 'least_worst_at_30' not in json.loads(
-      (tmp_path / 'first' / 'stop_results.json').read_text())['design']
-  assert trainer.main(args + ['--out', str(tmp_path / 'fourth'), '--least-worst-row']) == 0
-  design = json.loads((tmp_path / 'fourth' / 'stop_results.json').read_text())['design']
-  calibrate_grid = _calibrate_script().TREND_GRID
-  assert 0 <= design['trend_meeting_targets'] <= len(calibrate_grid)
-  for key in ('least_worst_at_30', 'trend_least_worst_at_30'):
-    assert key in design
-    if design[key] is not None:  # its summary saves >= 30% with mean loss <= 1 point
-      summary = design[key + '_summary']
-      assert summary['saved_mean'] >= 0.3 - 1e-12 and summary['loss_mean'] <= 0.01
-
-
-def test_least_worst_saving_is_the_frontier_at_the_saving_target():
-  trainer = _experiment_script('scaling_law_stop_trainer')
-  entries = [{'setting': 'a', 'saved_mean': 0.25, 'loss_mean': -0.01, 'loss_max': 0.02},
-             {'setting': 'b', 'saved_mean': 0.31, 'loss_mean': 0.0, 'loss_max': 0.034},
-             {'setting': 'c', 'saved_mean': 0.40, 'loss_mean': 0.0, 'loss_max': 0.034},
-             {'setting': 'd', 'saved_mean': 0.35, 'loss_mean': 0.02, 'loss_max': 0.031},
-             {'setting': 'e', 'saved_mean': 0.33, 'loss_mean': 0.0, 'loss_max': 0.05}]
-  # a saves too little, d loses too much on average; b and c tie on the worst: c saves more.
-  assert trainer.least_worst_saving(entries)['setting'] == 'c'
-  assert trainer.least_worst_saving(entries, saved_min=0.2)['setting'] == 'a'
-  assert trainer.least_worst_saving(entries, saved_min=0.5) is None
-
-
-def test_rebuilt_calibration_set_keeps_the_interval_rule_it_was_tested_with(tmp_path,
-                                                                             monkeypatch):
-  calibrate = _calibrate_script()
-  dirs = _comparison_runs(tmp_path)
-  shipped = tmp_path / 'calibration_runs.json'
-  shipped.write_text(CalibrationSet([], 'old', config_scores_min=9).to_json())
-  monkeypatch.setattr(calibrate, 'CALIBRATION_PATH', shipped)
-  assert calibrate.main([str(d) for d in dirs] + ['--write-calibration', '--out',
-                                                  str(tmp_path / 'out')]) == 0
-  rebuilt = CalibrationSet.load(shipped)
-  assert rebuilt.config_scores_min == 9 and len({r.run for r in rebuilt.records}) == 4

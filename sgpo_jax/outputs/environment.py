@@ -6,7 +6,7 @@ the host CPU, so two machines round differently and a long SFT warm start drifts
 same config built the `default` regime's warm start to a final SFT loss of 0.249 on one
 machine and 0.312 on another (held-out accuracy 64.6% vs 55.2%). `describe()` is written into
 the warm start's info.json and summary.json's `environment`, so a comparison can tell runs
-of different initial policies apart (experiments/compare.py leaves them out).
+of different initial policies apart (`python -m sgpo_jax.compare` leaves them out).
 """
 
 from __future__ import annotations

@@ -104,7 +104,8 @@ def train_sft(cfg: model_lib.ModelConfig, params, shardings, mesh, examples, ws_
   """SFT for ws_config.steps steps; returns (params, final loss).
 
   callback(steps_done, params) runs every `callback_every` steps (probes of the warm start's
-  strength along one SFT trajectory, e.g. experiments/regime_histograms.py --sft-probe).
+  strength along one SFT trajectory, e.g.
+  `python -m studies.regime_histograms.regime_histograms --sft-probe`).
   """
   tokens_NxT, mask_NxT, loss_mask_NxT1 = examples
   model = model_lib.Transformer(cfg)
@@ -272,7 +273,7 @@ def policy_for_config(config, workdir: str, show_progress: bool = True):
 # policy (README, "Reproducibility across machines"); a shipped copy makes every machine start
 # RL from the very policy the committed results started from. Files: <key>.safetensors (the
 # params, '/'-joined paths) and <key>.json (the build's info.json, its environment included),
-# written by experiments/ship_warm_start.py.
+# written by sgpo_jax/rl/ship_warm_start.py.
 
 SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'warm_starts')
 

@@ -5,8 +5,9 @@ Modules: `trajectory` (curve forms, robust fits, CIs, form selection), `forecast
 forecasts learnt across finished runs, with split-conformal intervals from `conformal`),
 `joint_law` (plateau and timescale as power laws in model size across runs), `early_stop`
 (the trainer hooks: rule 'trend' on eval accuracy, rule 'forecast' on reward), `runs` (run
-directories, metric choice, run length, reports, plots).
-CLI: `python -m sgpo_jax.scaling_law fit RUN_DIR...`.
+directories, metric choice, run length, reports, plots), `calibration_set` (a calibration
+set built from finished runs or trajectories files: how the shipped sets are made).
+CLI: `python -m sgpo_jax.scaling_law fit RUN_DIR...`, `... calibrate-set SOURCES --out F`.
 """
 
 from sgpo_jax.scaling_law.calibration import (CalibratedForecast, CalibrationSet,

@@ -1,14 +1,19 @@
-"""CLI: `python -m sgpo_jax.scaling_law fit RUN_DIR [RUN_DIR ...]`.
+"""CLI: `python -m sgpo_jax.scaling_law {fit,calibrate-set} ...`.
 
+    python -m sgpo_jax.scaling_law fit RUN_DIR [RUN_DIR ...]
+    python -m sgpo_jax.scaling_law calibrate-set RUN_DIR_OR_JSON ... --out CAL.json \
+        [--kind forecast|stop] [--base CAL.json [--carry-records PREFIX]] [--dump-trajectories J]
+
+`fit`:
 With no flags it forecasts, from the first 30% of the steps the run takes (its steps taken
 once finished; under `train.flops_budget` the step the budget will be reached), the metric
 that is meaningful for the run (`--metric auto`: held-out eval_accuracy; for curriculum
 runs without evals the reward above the profiled solve rate) and says which it chose and
 why on stderr and in `metric_reason`. The point forecast and its 90% interval are
 calibrated on finished runs (`--calibration`: by default the validation runs shipped in
-sgpo_jax/scaling_law/calibration_runs.json; or a JSON file written by
-experiments/scaling_law_calibrate.py, or finished run folders like yours; `none` for the
-curve alone with its uncalibrated parameter-noise interval).
+sgpo_jax/scaling_law/calibration_runs.json; or a JSON file written by `calibrate-set`, or
+finished run folders like yours; `none` for the curve alone with its uncalibrated
+parameter-noise interval).
 
 Prints one JSON line per run to stdout (model, params, metric, form,
 predicted_final_reward, interval_low/high, calibration_set (with the config group whose
@@ -17,6 +22,14 @@ predicted_plateau_step, recommended_stop_step, and zero-shot fields when >= 2 ru
 model size); the joint law goes to stderr as one JSON line and to
 OUT/joint_law.json. One PNG per run goes to RUN_DIR/plots/ or --out. Exit status 1 when no
 run could be forecast.
+
+`calibrate-set`: the calibration set of finished runs (run folders, or trajectories files
+written by --dump-trajectories), as the shipped sets are made: kind `forecast` (the CLI's
+calibration_runs.json: eval and reward prefixes at 0.2, 0.3, 0.5) or `stop` (the trainer's
+early-stop stop_calibration_runs.json: eval prefixes every 0.05 from 0.3 to 0.8). --base
+keeps an existing set's records next to the new ones (a run in both is refused; with
+--carry-records only the base's runs whose name starts with PREFIX are kept, and the new
+runs replace them).
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from sgpo_jax.scaling_law import calibration_set
 from sgpo_jax.scaling_law.calibration import DEFAULT_PREDICTOR, PREDICTORS, CalibrationSet
 from sgpo_jax.scaling_law.runs import (
   AUTO_METRIC,
@@ -77,6 +91,28 @@ def build_parser() -> argparse.ArgumentParser:
   fit.add_argument('--unbounded', action='store_true',
                    help='the metric is not confined to [0, 1]')
   fit.add_argument('--no-plots', action='store_true')
+  cal = commands.add_parser(
+      'calibrate-set', help='write a calibration set from finished runs (the shipped sets are '
+                            'made this way)')
+  cal.add_argument('sources', nargs='+', type=Path, metavar='RUN_DIR_OR_JSON',
+                   help='finished run folders and/or trajectories files (--dump-trajectories)')
+  cal.add_argument('--out', type=Path, required=True,
+                   help='the set to write; the shipped ones are ' + ', '.join(
+                       f'{kind}: {spec.shipped.name}' for kind, spec in
+                       calibration_set.KINDS.items()) + ' in sgpo_jax/scaling_law/')
+  cal.add_argument('--kind', choices=sorted(calibration_set.KINDS), default='forecast',
+                   help='forecast (default): for `fit`; stop: for the early stop rule bound')
+  cal.add_argument('--base', type=Path, default=None, metavar='CAL_JSON',
+                   help="keep this set's records next to the new runs' (extend it)")
+  cal.add_argument('--carry-records', default=None, metavar='PREFIX',
+                   help='with --base: keep only its runs whose name starts with PREFIX (the '
+                        'new runs replace the rest)')
+  cal.add_argument('--config-scores-min', type=int, default=None, metavar='K',
+                   help="intervals from the config's own runs when it has >= K scores (0: the "
+                        "whole pool; default: --base's, else 0)")
+  cal.add_argument('--source', default='', help="the set's source line (default: the inputs)")
+  cal.add_argument('--dump-trajectories', type=Path, default=None, metavar='JSON',
+                   help="also write the runs' trajectories here (to rebuild without the folders)")
   return parser
 
 
@@ -140,9 +176,35 @@ def run_fit(args: argparse.Namespace) -> int:
   return 0 if any(row['predicted_final_reward'] is not None for row in rows) else 1
 
 
+def run_calibrate_set(args: argparse.Namespace) -> int:
+  if args.carry_records is not None and args.base is None:
+    raise ValueError('--carry-records needs --base (the set whose records it carries)')
+  if args.base is not None and not args.base.is_file():
+    raise ValueError(f'--base {args.base}: no such calibration file')
+  runs = calibration_set.load_sources(args.sources)
+  if not runs:
+    raise ValueError(f'no finished runs among {[str(s) for s in args.sources]}')
+  if args.dump_trajectories is not None:
+    calibration_set.dump_trajectories(runs, args.dump_trajectories)
+  base = CalibrationSet.from_json(args.base.read_text()) if args.base is not None else None
+  source = args.source or (f'{len(runs)} runs of ' + ', '.join(map(str, args.sources))
+                           + (f'; and the records of {args.base.name}' if base else ''))
+  built = calibration_set.build_set(runs, args.kind, source=source, base=base,
+                                    carry_prefix=args.carry_records,
+                                    config_scores_min=args.config_scores_min)
+  args.out.parent.mkdir(parents=True, exist_ok=True)
+  args.out.write_text(built.to_json())
+  print(f'[scaling_law] wrote {args.out}: {len({r.run for r in built.records})} runs, '
+        f'{len(built.records)} records ({args.kind}; intervals per config from >= '
+        f'{built.config_scores_min} scores, 0: pooled)', file=sys.stderr)
+  return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   args = build_parser().parse_args(argv)
   try:
+    if args.command == 'calibrate-set':
+      return run_calibrate_set(args)
     return run_fit(args)
   except ValueError as error:
     print(f'error: {error}', file=sys.stderr)

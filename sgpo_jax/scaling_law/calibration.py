@@ -438,7 +438,7 @@ class CalibrationSet:
     path = Path(path)
     if not path.exists():
       raise ValueError(f'calibration file {path} does not exist; write one with '
-                       'experiments/scaling_law_validate.py or pass run folders')
+                       '`python -m sgpo_jax.scaling_law calibrate-set` or pass run folders')
     return cls.from_json(path.read_text(), source=path.name)
 
 

@@ -8,7 +8,7 @@
   must be flat at that many evals in a row; `peak_tolerance`: stop only at an eval at most
   that below the best eval so far) cut the losses that came from stopping on one low
   reading. Measured on 138 dense-eval validation runs
-  (experiments/results/scaling_law_calibrated_dense.md), the default setting meets the
+  (studies/scaling_law/results/scaling_law_calibrated_dense.md), the default setting meets the
   targets held out (35% of steps saved, worst loss 2.75 points), but with the same runs'
   readings thinned to the README run's cadence its worst loss is 3.96 points, so the rule
   is off by default (train.early_stop.enabled).
@@ -22,13 +22,14 @@
   forecast + conformal half-width, from other runs) is within delta of the current reading.
   With checkpoints every 5% from 30% to 80%, confidence 0.9, delta 0.035 and a 0.01 peak
   guard, chosen on 80 comparison runs, it met the targets on 80 runs of new seeds, as
-  pre-registered (experiments/results/scaling_law_stop_transfer/: 31.6% of steps saved, mean
+  pre-registered (studies/scaling_law/results/scaling_law_stop_transfer/: 31.6% of steps saved, mean
   loss -0.58 points, worst 2.38); those are the config defaults. Replayed as the trainer runs
   it (first eval at or after each fraction, run length projected from the FLOPs budget) the
   worst loss is 3.01 points there, 3.95 on seeds 15-19 (pre-registered,
-  experiments/results/scaling_law_fresh_seeds15-24/; the replay form: worst 2.66) and 3.40
+  studies/scaling_law/results/scaling_law_fresh_seeds15-24/; the replay form: worst 2.66) and 3.40
   on seeds 25-29; the best setting chosen on 260 runs as this class runs them saved 41.1%
-  there with a worst loss of 3.69 (experiments/results/scaling_law_fresh_seeds25-34/). It is off
+  there with a worst loss of 3.69
+  (studies/scaling_law/results/scaling_law_fresh_seeds25-34/). It is off
   by default: as the trainer runs it, it misses the worst-case target; its guarantee holds
   only for regimes its calibration set has runs of (not the README run's); and comparison
   runs must run to their budget.
@@ -376,7 +377,7 @@ class BoundStopper(_EvalCurve):
   method, regime and config group; with no runs of its config in `calibration` the forecast
   uses the other runs of its regime or method.
 
-  Validated (experiments/results/scaling_law_stop_transfer/): chosen on 80 comparison runs,
+  Validated (studies/scaling_law/results/scaling_law_stop_transfer/): chosen on 80 comparison runs,
   then on 80 runs of new seeds with forecasts from the first 80 it saved 31.6% of steps, mean
   loss -0.58 points, worst 2.38, with 5 seeds of each run's config in the calibration set.
   That replay decides at the last reading at or before each fraction, which a trainer cannot
@@ -488,8 +489,8 @@ def stop_calibration_path(path: str | Path = '') -> Path:
   path = Path(path) if path else STOP_CALIBRATION_PATH
   if not path.is_file():
     raise ValueError(f'train.early_stop.calibration={str(path)!r} is not a file; give a '
-                     'calibration set (experiments/scaling_law_stop_transfer.py '
-                     "--write-calibration writes one) or '' for the shipped one")
+                     'calibration set (`python -m sgpo_jax.scaling_law calibrate-set RUNS '
+                     "--kind stop --out FILE` writes one) or '' for the shipped one")
   return path
 
 

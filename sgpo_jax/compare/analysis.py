@@ -1,0 +1,409 @@
+"""The comparison's numbers: eval-accuracy curves on a FLOPs grid, FLOPs to a target accuracy,
+ratios against GRPO and DAPO with bootstrap intervals over seeds, per-regime facts, and
+`analyse`, which turns a runs folder into the compare.json dict."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from sgpo_jax.config import defaults as default_config
+
+# The analysis grid: 0 and GRID_POINTS log-spaced points from budget/GRID_SPAN to the budget
+# (1.8% apart: a ratio is resolved to ~2% wherever the target is crossed).
+GRID_POINTS = 300
+GRID_SPAN = 200.0
+BOOTSTRAP = 2000
+HEADLINE_REGIME, HEADLINE_ARM = 'paper_like', 'sgpo'
+
+# ----------------------------------------------------------------------------------------
+# Curves and the statistics (pure functions: tests/test_compare.py)
+
+
+def read_curve(workdir: str) -> tuple[np.ndarray, np.ndarray]:
+  """(cumulative FLOPs, eval accuracy) at every eval of the run, step 0 included."""
+  xs, ys = [], []
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    for line in f:
+      row = json.loads(line)
+      if 'eval_accuracy' in row:
+        xs.append(float(row['flops_total']))
+        ys.append(float(row['eval_accuracy']))
+  return np.asarray(xs), np.asarray(ys)
+
+
+def on_grid(xs: np.ndarray, ys: np.ndarray, grid: np.ndarray) -> np.ndarray:
+  """Linear interpolation; beyond the last eval (a run stopped early) -> NaN.
+
+  A run that stopped at most one step past the budget has its last eval at or after the
+  grid's end (its final eval); a run with nothing before a grid point (sGPO's profile)
+  holds its first value (the initial policy's accuracy).
+  """
+  out = np.interp(grid, xs, ys)
+  out[grid > xs[-1] * (1 + 1e-9)] = np.nan
+  if xs[-1] >= grid[-1]:
+    out[-1] = ys[-1]
+  return out
+
+
+def make_grid(budget: float) -> np.ndarray:
+  """0, then GRID_POINTS log-spaced FLOPs from budget / GRID_SPAN to the budget: the same
+  relative resolution wherever an arm crosses the target (a FLOPs ratio is a ratio)."""
+  return np.concatenate([[0.0], np.geomspace(budget / GRID_SPAN, budget, GRID_POINTS)])
+
+
+def first_reach(grid: np.ndarray, curve: np.ndarray, target: float) -> float:
+  """FLOPs from which `curve` reaches `target` and holds it to the budget: the crossing after
+  the last grid point below the target (NaN counts as below), interpolated linearly from that
+  point when it is defined; the first grid point when the curve never falls below; +inf when
+  the curve ends below the target. A noisy early bump that falls back does not count: a run
+  stopped anywhere past this point would have had at least the target accuracy."""
+  values = np.nan_to_num(curve, nan=-np.inf)
+  ok = values >= target - 1e-12
+  if not ok[-1]:
+    return float('inf')
+  below = np.flatnonzero(~ok)
+  if below.size == 0:
+    return float(grid[0])
+  k = int(below[-1])
+  if not np.isfinite(values[k]):
+    return float(grid[k + 1])
+  frac = (target - values[k]) / (values[k + 1] - values[k])
+  return float(grid[k] + min(max(frac, 0.0), 1.0) * (grid[k + 1] - grid[k]))
+
+
+def seed_mean(curves_SxK: np.ndarray) -> np.ndarray:
+  with np.errstate(all='ignore'):
+    import warnings
+    with warnings.catch_warnings():
+      warnings.simplefilter('ignore', category=RuntimeWarning)
+      return np.nanmean(curves_SxK, axis=0)
+
+
+def ratio(reference: float, arm: float) -> float:
+  """reference FLOPs / arm FLOPs: inf when only the arm reaches, 0 when only the reference
+  does, NaN when neither does (undefined)."""
+  if np.isinf(arm):
+    return float('nan') if np.isinf(reference) else 0.0
+  if arm <= 0:
+    return float('inf') if reference > 0 else float('nan')
+  return float(reference / arm)
+
+
+def interval(samples: np.ndarray) -> list[float] | None:
+  """Percentile 95% interval over the defined (non-NaN) bootstrap replicates; the quantiles
+  are actual replicate values, so an arm that misses the target in >2.5% of resamples has
+  an infinite upper end."""
+  samples = np.asarray(samples, dtype=np.float64)
+  samples = samples[~np.isnan(samples)]
+  if samples.size == 0:
+    return None
+  lo, hi = np.quantile(samples, [0.025, 0.975], method='inverted_cdf')
+  return [float(lo), float(hi)]
+
+
+def bootstrap_flops(grid: np.ndarray, curves: dict[str, np.ndarray],
+                    finals: dict[str, np.ndarray], reference: str = 'grpo',
+                    num: int = BOOTSTRAP, seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
+  """Bootstrap replicates over seeds: each replicate resamples every arm's seeds (with
+  replacement, independently), recomputes the target from the resampled reference finals
+  and every arm's FLOPs to that target on its resampled seed-mean curve.
+
+  Returns {'target': [num], 'flops': {arm: [num]}}.
+  """
+  rng = np.random.default_rng(seed)
+  arms = list(curves)
+  target_B = np.zeros(num)
+  flops = {a: np.zeros(num) for a in arms}
+  for b in range(num):
+    picks = {a: rng.integers(0, len(curves[a]), len(curves[a])) for a in arms}
+    target_B[b] = finals[reference][picks[reference]].mean()
+    for a in arms:
+      flops[a][b] = first_reach(grid, seed_mean(curves[a][picks[a]]), target_B[b])
+  return {'target': target_B, 'flops': flops}
+
+
+def auc(grid: np.ndarray, curve: np.ndarray) -> float:
+  """Mean accuracy over [0, budget] (trapezoid area / budget), NaN holes skipped."""
+  ok = ~np.isnan(curve)
+  if ok.sum() < 2:
+    return float('nan')
+  return float(np.trapezoid(curve[ok], grid[ok]) / (grid[ok][-1] - grid[ok][0]))
+
+
+# ----------------------------------------------------------------------------------------
+# One regime's numbers
+
+
+def _summary(workdir: str) -> dict[str, Any]:
+  with open(os.path.join(workdir, 'summary.json')) as f:
+    return json.load(f)
+
+
+def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = 'grpo',
+                   num_bootstrap: int = BOOTSTRAP, num_eval: int = 0) -> dict[str, Any]:
+  """The comparison numbers of one regime from its finished runs ({arm: [workdir...]});
+  arms without a finished run are left out. Needs the reference arm."""
+  runs = {a: w for a, w in runs.items() if w}
+  if reference not in runs:
+    raise ValueError(f'no finished {reference} run: the target needs it')
+  grid = make_grid(budget)
+  curves, finals, summaries = {}, {}, {}
+  for arm, workdirs in runs.items():
+    curves[arm] = np.asarray([on_grid(*read_curve(w), grid) for w in workdirs])
+    finals[arm] = np.asarray([read_curve(w)[1][-1] for w in workdirs])
+    summaries[arm] = [_summary(w) for w in workdirs]
+  target = float(finals[reference].mean())
+  point = {a: first_reach(grid, seed_mean(curves[a]), target) for a in runs}
+  boot = bootstrap_flops(grid, curves, finals, reference, num_bootstrap)
+  # Second bar: DAPO's own final accuracy (the strongest common baseline), when it ran.
+  dapo_target = float(finals['dapo'].mean()) if 'dapo' in runs else None
+  boot_dapo = (bootstrap_flops(grid, curves, finals, 'dapo', num_bootstrap, seed=1)
+               if dapo_target is not None else None)
+  out_arms = {}
+  for arm in runs:
+    s = summaries[arm]
+    fin = finals[arm]
+    mean_curve = seed_mean(curves[arm])
+    a = {
+        'seeds': [int(x['seed']) for x in s],
+        'flops_to_target': {
+            'mean': _finite(point[arm]),
+            'ci95': _finite_list(interval(boot['flops'][arm])),
+            'reached_fraction': float(np.mean(np.isfinite(boot['flops'][arm]))),
+            'per_seed': [_finite(first_reach(grid, c, target)) for c in curves[arm]]},
+        'final_accuracy': {'mean': float(fin.mean()),
+                           'std': float(fin.std(ddof=1)) if fin.size > 1 else None,
+                           'per_seed': fin.tolist()},
+        # Binomial standard error of one final eval (num_eval problems), seed mean.
+        'eval_se': float(np.mean(np.sqrt(fin * (1 - fin) / num_eval))) if num_eval else None,
+        'auc': auc(grid, mean_curve),
+        'auc_per_seed': [auc(grid, c) for c in curves[arm]],
+        'initial_accuracy': float(np.mean([x['eval_accuracy_initial'] for x in s])),
+        'flops_total_mean': float(np.mean([x['flops']['total'] for x in s])),
+        'flops_profile_mean': float(np.mean([x['flops']['profile'] for x in s])),
+        'steps_mean': float(np.mean([x['steps'] for x in s])),
+        'padding_fraction_mean': float(np.mean([x['padding_fraction'] for x in s])),
+        'wall_seconds': {'mean': float(np.mean([_rl_wall(x) for x in s])),
+                         'per_seed': [_rl_wall(x) for x in s]},
+        'mean_curve': [_finite(v, nan=True) for v in mean_curve],
+        'band_curve': {'lo': [_finite(v, nan=True) for v in np.nanmin(curves[arm], axis=0)],
+                       'hi': [_finite(v, nan=True) for v in np.nanmax(curves[arm], axis=0)]},
+    }
+    for ref, key in ((reference, 'ratio_vs_grpo'), ('dapo', 'ratio_vs_dapo')):
+      if ref in runs:
+        reps = np.array([ratio(r, x) for r, x in zip(boot['flops'][ref], boot['flops'][arm])])
+        a[key] = {'point': _finite(ratio(point[ref], point[arm]), nan=True),
+                  'ci95': _finite_list(interval(reps)),
+                  'undefined_fraction': float(np.mean(np.isnan(reps)))}
+      else:
+        a[key] = {'point': None, 'ci95': None, 'undefined_fraction': None}
+    a['at_dapo_final'] = _at_target(grid, curves, arm, dapo_target, boot_dapo)
+    a.update(batch_diagnostics(runs[arm]))
+    if s[0].get('profile'):
+      a['profile'] = s[0]['profile']
+    out_arms[arm] = a
+  ref_wall = out_arms[reference]['wall_seconds']['mean']
+  for a in out_arms.values():
+    a['wall_ratio_vs_grpo'] = a['wall_seconds']['mean'] / ref_wall if ref_wall else None
+  initial = float(np.mean([x['eval_accuracy_initial'] for x in summaries[reference]]))
+  return {'target_accuracy': target, 'initial_accuracy': initial,
+          'reference_learned': bool(target > initial),
+          'target_ci95': interval(boot['target']),
+          'grid_flops': grid.tolist(), 'flops_budget': budget, 'arms': out_arms}
+
+
+def _at_target(grid: np.ndarray, curves: dict[str, np.ndarray], arm: str,
+               target: float | None, boot: dict | None) -> dict[str, Any] | None:
+  """FLOPs to DAPO's mean final accuracy and the ratio vs DAPO there (`boot` resamples DAPO's
+  seeds for the target): how the arm compares with the strongest baseline at its own level."""
+  if target is None:
+    return None
+  flops = first_reach(grid, seed_mean(curves[arm]), target)
+  ref = first_reach(grid, seed_mean(curves['dapo']), target)
+  reps = np.array([ratio(r, x) for r, x in zip(boot['flops']['dapo'], boot['flops'][arm])])
+  return {'target_accuracy': target,
+          'flops_to_target': {'mean': _finite(flops),
+                              'ci95': _finite_list(interval(boot['flops'][arm])),
+                              'reached_fraction': float(np.mean(np.isfinite(boot['flops'][arm])))},
+          'ratio_vs_dapo': {'point': _finite(ratio(ref, flops), nan=True),
+                            'ci95': _finite_list(interval(reps)),
+                            'undefined_fraction': float(np.mean(np.isnan(reps)))}}
+
+
+def batch_diagnostics(workdirs: list[str]) -> dict[str, Any]:
+  """Seed means of what the batches looked like: the share of rolled-out groups with
+  all-equal rewards (trained on for single-round methods; dropped by DAPO/GRESO), rounds
+  per step, and GRESO's share of candidate prompts skipped before rollout."""
+  zero, rounds, skip = [], [], []
+  for w in workdirs:
+    with open(os.path.join(w, 'metrics.jsonl')) as f:
+      rows = [r for r in map(json.loads, f) if 'reward_mean' in r]
+    if not rows:
+      continue
+    rounds.append(float(np.mean([r.get('rounds', 1) for r in rows])))
+    if 'dapo_dropped_groups' in rows[0]:
+      dropped = sum(r['dapo_dropped_groups'] for r in rows)
+      zero.append(dropped / max(dropped + sum(r['dapo_kept_groups'] for r in rows), 1))
+    else:
+      zero.append(float(np.mean([r.get('frac_zero_std', np.nan) for r in rows])))
+    if 'greso_skipped' in rows[0]:
+      with open(os.path.join(w, 'config.json')) as f:
+        config = json.load(f)
+      per_round = config['train']['rows_per_batch'] // config['greso']['group_size']
+      skipped = sum(r['greso_skipped'] for r in rows)
+      skip.append(skipped / max(skipped + per_round * sum(r['rounds'] for r in rows), 1))
+  mean = lambda xs: float(np.nanmean(xs)) if xs else None  # noqa: E731
+  return {'zero_variance_share': mean(zero), 'rounds_mean': mean(rounds),
+          'greso_skip_share': mean(skip)}
+
+
+def _rl_wall(summary: dict[str, Any]) -> float:
+  """Wall seconds of the run without building the shared warm start (the first run of a
+  regime pays for it; the others load it from the cache)."""
+  init = summary.get('initial_policy') or {}
+  built = 0.0 if init.get('cached', True) else float(init.get('seconds', 0.0))
+  return float(summary['wall_seconds']) - built
+
+
+def _finite(x: float, nan: bool = False) -> float | None:
+  """JSON-safe: inf -> None ('never'), NaN -> None."""
+  if x is None or not np.isfinite(x):
+    return None
+  return float(x)
+
+
+def _finite_list(xs: list[float] | None) -> list[float | None] | None:
+  return None if xs is None else [_finite(x) for x in xs]
+
+
+def regime_facts(runs: dict[str, list[str]], config: dict[str, Any]) -> dict[str, Any]:
+  """Regime-level facts: the pool under the initial policy (from a paper-settings sGPO
+  profile: trivial = p_hat > threshold, unsolved = p_hat = 0) and GRPO's epochs."""
+  facts: dict[str, Any] = {'trivial_fraction': None, 'unsolved_fraction': None,
+                           'epochs_grpo': None, 'eval_problems': config['data']['num_eval'],
+                           'rl_pool_size': config['data']['rl_pool_size'] or
+                           config['data']['num_train'],
+                           'rows_per_batch': config['train']['rows_per_batch']}
+  profiled = [w for arm in ('sgpo',) for w in runs.get(arm, [])]
+  if profiled:
+    p = _summary(profiled[0])['profile']
+    facts['trivial_fraction'] = p['n_trivial'] / p['n_queries']
+    facts['unsolved_fraction'] = p['n_unsolved'] / p['n_queries']
+  every = [w for ws in runs.values() for w in ws]
+  facts['machine'] = machine_line(every) if every else None
+  ref_policy = _summary(every[0]).get('initial_policy', {}) if every else {}
+  facts['warm_start_final_loss'] = ref_policy.get('final_loss')
+  if runs.get('grpo'):
+    steps = np.mean([_summary(w)['steps'] for w in runs['grpo']])
+    per_step = config['train']['rows_per_batch'] / config['grpo']['group_size']
+    facts['epochs_grpo'] = float(steps * per_step / facts['rl_pool_size'])
+  return facts
+
+
+def _as_json(value: Any) -> Any:
+  return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def _without_defaults(name: str, section: dict[str, Any]) -> dict[str, Any]:
+  """config.<name> minus the fields at this version's default: a field a later version
+  added (absent from an older run's config.json, which behaved as its default) then leaves
+  the signature alone; a field set away from its default still counts."""
+  defaults = _as_json(default_config.get_config()[name].to_dict())
+  return {k: v for k, v in _as_json(section).items() if k not in defaults or v != defaults[k]}
+
+
+def regime_signature(config: dict[str, Any]) -> str:
+  """What makes runs comparable: the pool, eval set, initial policy, budget and batch shape
+  (the runs dir is shared across code versions; a run of another definition is left out)."""
+  ws = {k: v for k, v in config['warm_start'].items() if k != 'cache_dir'}
+  sig = {'data': _without_defaults('data', config['data']),
+         'model': _without_defaults('model', config['model']),
+         'warm_start': _without_defaults('warm_start', ws),
+         'budget': config['train']['flops_budget'],
+         'rows': config['train']['rows_per_batch'],
+         'eval': _without_defaults('eval', config['eval'])}
+  return json.dumps(sig, sort_keys=True, default=str)
+
+
+def finished_runs(runs_dir: str, regime: str, arms: list[str], seeds: list[int],
+                  log=print) -> dict[str, list[str]]:
+  """{arm: workdirs with summary.json} whose regime signature matches the reference's."""
+  out: dict[str, list[str]] = {}
+  for arm in arms:
+    out[arm] = [os.path.join(runs_dir, regime, f'{arm}_seed{s}') for s in seeds
+                if os.path.exists(os.path.join(runs_dir, regime, f'{arm}_seed{s}',
+                                               'summary.json'))]
+  ref = next((w for a in ('grpo', *arms) for w in out.get(a, [])), None)
+  if ref is None:
+    return out
+  def signature(w: str) -> str:
+    with open(os.path.join(w, 'config.json')) as f:
+      return regime_signature(json.load(f))
+  want, want_policy = signature(ref), initial_policy(ref)
+  for arm, workdirs in out.items():
+    keep = []
+    for w in workdirs:
+      policy = initial_policy(w)
+      if signature(w) != want:
+        log(f'[compare] {w}: another definition of regime {regime} than {ref}; left out')
+      elif policy != want_policy:
+        log(f'[compare] {w}: another initial policy than {ref} (SFT final loss, initial '
+            f'accuracy {policy} vs {want_policy}): its warm start was built on '
+            'another machine or library version (sgpo_jax/outputs/environment.py); left out. Rerun '
+            'it with the same warm-start cache.')
+      else:
+        keep.append(w)
+    out[arm] = keep
+  return out
+
+
+def initial_policy(workdir: str) -> tuple[Any, Any]:
+  """A run's initial policy, fingerprinted: (warm start SFT final loss, initial held-out
+  accuracy). Equal configs give different policies on different machines (environment.py)."""
+  s = _summary(workdir)
+  return (s.get('initial_policy', {}).get('final_loss'), s.get('eval_accuracy_initial'))
+
+
+def machine_line(workdirs: list[str]) -> str:
+  """Where the regime's runs and warm start were made (from summary.json's environment;
+  runs before it was recorded say so)."""
+  envs = [_summary(w).get('environment') for w in workdirs]
+  known = [e for e in envs if e]
+  if not known:
+    return 'machine not recorded (runs before summary.json had an environment block)'
+  kinds = sorted({f"{e['cpu']['model']} ({', '.join(e['cpu']['features']) or 'no listed features'}), "
+                  f"jax {e['packages'].get('jax')}, jaxlib {e['packages'].get('jaxlib')}, "
+                  f"flax {e['packages'].get('flax')}" for e in known})
+  return '; '.join(kinds) + ('' if len(known) == len(envs) else
+                             f' ({len(envs) - len(known)} runs without a record)')
+
+
+def analyse(runs_dir: str, regimes: list[str], arms: list[str], seeds: list[int],
+            command: str, num_bootstrap: int = BOOTSTRAP) -> dict[str, Any]:
+  results: dict[str, Any] = {'command': command, 'seeds_planned': seeds, 'regimes': {}}
+  for regime in regimes:
+    runs = finished_runs(runs_dir, regime, arms, seeds)
+    if not runs.get('grpo'):
+      continue
+    with open(os.path.join(runs['grpo'][0], 'config.json')) as f:
+      config = json.load(f)
+    block = analyse_regime(runs, float(config['train']['flops_budget']),
+                           num_bootstrap=num_bootstrap, num_eval=int(config['data']['num_eval']))
+    facts = regime_facts(runs, config)
+    block.update(facts)
+    for a in block['arms'].values():  # the regime's facts, repeated per arm for readers
+      a.update({k: facts[k] for k in ('trivial_fraction', 'unsolved_fraction', 'epochs_grpo')})
+    results['regimes'][regime] = block
+  head = results['regimes'].get(HEADLINE_REGIME, {}).get('arms', {}).get(HEADLINE_ARM)
+  results['headline'] = f'{HEADLINE_REGIME}/{HEADLINE_ARM}'
+  results['flops_ratio_vs_grpo'] = head['ratio_vs_grpo']['point'] if head else None
+  results['flops_ratio_vs_dapo'] = head['ratio_vs_dapo']['point'] if head else None
+  results['final_accuracy'] = ({k: head['final_accuracy'][k] for k in ('mean', 'std')}
+                               if head else None)
+  return results
+
+
