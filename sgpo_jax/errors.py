@@ -25,14 +25,14 @@ class ConfigError(UserError, ValueError):
   exit_code = USAGE
 
 
-class DiskFullError(UserError, OSError):
+class DiskFullError(UserError):
   """A write failed for lack of space; the last intact checkpoint is where a rerun starts."""
 
   def __init__(self, path: str, resume_step: int | None):
     where = (f'the run resumes from step {resume_step}' if resume_step is not None
              else 'no checkpoint was written yet, so the run starts over')
     super().__init__(f'disk full at {path}: free space and rerun the same command; {where}.')
-    self.errno, self.filename = errno.ENOSPC, path
+    self.filename, self.resume_step = path, resume_step
 
 
 def _chain(exc: BaseException):
