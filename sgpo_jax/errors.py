@@ -9,6 +9,7 @@ keeps its traceback.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 
 USAGE = 2  # a usage or config mistake: nothing ran
@@ -25,6 +26,18 @@ class ConfigError(UserError, ValueError):
   exit_code = USAGE
 
 
+@contextlib.contextmanager
+def config_errors():
+  """A ValueError inside (a check of the config, or of the data files it names) is raised
+  as ConfigError: the checks' messages already name the field and the fix."""
+  try:
+    yield
+  except ConfigError:
+    raise
+  except ValueError as e:
+    raise ConfigError(one_line(e)) from e
+
+
 class DiskFullError(UserError):
   """A write failed for lack of space; the last intact checkpoint is where a rerun starts."""
 
@@ -33,6 +46,17 @@ class DiskFullError(UserError):
              else 'no checkpoint was written yet, so the run starts over')
     super().__init__(f'disk full at {path}: free space and rerun the same command; {where}.')
     self.filename, self.resume_step = path, resume_step
+
+
+class Terminated(BaseException):
+  """SIGTERM, raised by the command's handler so that finally blocks (the workdir lock)
+  run. A BaseException like KeyboardInterrupt: no `except Exception` may take it for a
+  failure of what it interrupted (a checkpoint restore would call the checkpoint broken)."""
+  exit_code = 128 + 15
+
+  def __init__(self):
+    super().__init__('stopped by SIGTERM; rerun the same command to resume from the last '
+                     'checkpoint.')
 
 
 def _chain(exc: BaseException):
@@ -58,7 +82,7 @@ def one_line(text: str) -> str:
 
 def describe(exc: BaseException) -> tuple[int, str] | None:
   """(exit code, one line without the 'error: ' prefix) for a known failure, else None."""
-  if isinstance(exc, UserError):
+  if isinstance(exc, (UserError, Terminated)):
     return exc.exit_code, one_line(exc)
   full = find_enospc(exc)
   if full is not None:

@@ -40,15 +40,10 @@ flags.DEFINE_bool('verbose', False, 'Errors show their traceback (also: SGPO_VER
 flags.mark_flags_as_required(['config'])
 
 
-class Terminated(errors.UserError):
-  exit_code = 128 + signal.SIGTERM
-
-
 def _on_sigterm(signum, frame) -> None:
   # An exception instead of dying: finally blocks run (the workdir lock is released).
   signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
-  raise Terminated('stopped by SIGTERM; rerun the same command to resume from the last '
-                   'checkpoint.')
+  raise errors.Terminated()
 
 
 def _verbose(argv=()) -> bool:
@@ -88,18 +83,35 @@ def parse_flags(argv):
     if _verbose(argv):
       raise
     _fail(f'{_last_lines(e)} (see --helpshort)', errors.USAGE)
-  except (AttributeError, KeyError) as e:  # a --config.<field> override of no such field
+  except (AttributeError, KeyError, OSError) as e:  # a --config.<field> override failed
     if _verbose(argv):
       raise
+    given = _config_arg(argv)
+    if given is not None and not os.path.isfile(given.split(':')[0]):
+      _fail(_no_config_file(given), errors.USAGE)  # the override had no config to go into
     _fail(f'a --config.* override names no config field: {_unrepr(str(e))}', errors.USAGE)
+
+
+def _config_arg(argv) -> str | None:
+  """The value of the last --config flag on the command line."""
+  value = None
+  for i, arg in enumerate(argv):
+    if arg.startswith('--config='):
+      value = arg.split('=', 1)[1]
+    elif arg == '--config' and i + 1 < len(argv):
+      value = argv[i + 1]
+  return value
+
+
+def _no_config_file(path: str) -> str:
+  return f'--config {path}: no such file; give a config file such as configs/default.py.'
 
 
 def load_config():
   """FLAGS.config, loaded: a missing file or a bad override as a ConfigError."""
   path = config_flags.get_config_filename(FLAGS['config'])
   if not os.path.isfile(path.split(':')[0]):
-    raise errors.ConfigError(f'--config {path}: no such file; give a config file such as '
-                             'configs/default.py.')
+    raise errors.ConfigError(_no_config_file(path))
   try:
     config = FLAGS.config
     config.method  # noqa: B018  a config that failed to load raises on first access
@@ -127,7 +139,7 @@ def main(argv) -> None:
   signal.signal(signal.SIGTERM, _on_sigterm)
   try:
     run(argv)
-  except Exception as e:  # noqa: BLE001  SystemExit / KeyboardInterrupt pass through
+  except (Exception, errors.Terminated) as e:  # noqa: BLE001  SystemExit, ^C pass through
     described = errors.describe(e)
     if described is None or _verbose():
       raise

@@ -83,13 +83,9 @@ class Setup:
 
 def check_config(config, num_devices: int | None = None) -> None:
   """The config check, its ValueError raised as errors.ConfigError (one line in the CLI)."""
-  try:
+  with errors.config_errors():
     config_check.check_config(config, num_devices)
     allocators_lib.allocator_class(config.method)  # an unknown method fails before compute
-  except errors.ConfigError:
-    raise
-  except ValueError as e:
-    raise errors.ConfigError(str(e)) from e
 
 
 def setup(config, workdir: str, show_progress: bool = True,
@@ -118,14 +114,16 @@ def setup(config, workdir: str, show_progress: bool = True,
   load = lambda split: data_lib.load_queries(  # noqa: E731
       config.data, split, seed=config.data.seed, tokenizer=tokenizer,
       max_prompt_len=s.max_prompt_len)
-  train_queries = load(config.data.split)
-  eval_queries = load(config.data.eval_split)
+  with errors.config_errors():  # a missing or malformed data file: one line
+    train_queries = load(config.data.split)
+    eval_queries = load(config.data.eval_split)
   reward_fn = tasks.get_reward_fn(config.data)
   params, shardings, init_info = warm_start_lib.initial_policy(
       config, model_cfg, mesh, tokenizer, train_queries, workdir, show_progress)
   # RL and profiling on a prefix (or a difficulty-stratified selection); the warm start saw
   # the whole pool.
-  train_queries = data_lib.rl_pool(train_queries, config.data)
+  with errors.config_errors():
+    train_queries = data_lib.rl_pool(train_queries, config.data)
   sampler = make_sampler(config, model_cfg, mesh, shardings, tokenizer)
   return Setup(config, workdir, mesh, tokenizer, model_cfg, train_queries, eval_queries,
                [tokenizer.encode_prompt(q.prompt) for q in train_queries], reward_fn, params,

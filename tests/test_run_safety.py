@@ -13,6 +13,7 @@ import glob
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import socket
@@ -368,10 +369,13 @@ def run_main(workdir: str, *extra: str, entry: str = 'sgpo_jax.main', cache: str
                         env={**os.environ, **(env or {})})
 
 
+_LOG_LINE = re.compile(r'^[IWD]\d{4} \d')  # absl INFO / WARNING / DEBUG records
+
+
 def error_lines(stderr: str) -> list[str]:
-  """stderr without absl's INFO/WARNING log lines and progress bars."""
-  return [line for line in stderr.splitlines()
-          if line.strip() and not line[:1] in 'IWD' or line.startswith('error: ')]
+  """stderr without absl's info and warning log records and tqdm progress bars."""
+  return [line for line in stderr.replace('\r', '\n').splitlines()
+          if line.strip() and not _LOG_LINE.match(line) and '%|' not in line]
 
 
 def read_jsonl(path):
@@ -511,8 +515,8 @@ def test_second_run_on_a_locked_workdir_stops_at_once_naming_the_holder(tmp_path
 @pytest.mark.parametrize('args,expected', [
     (('--config.train.learning_rate=inf',),
      'error: config.train.learning_rate=inf is not finite; give a finite number.'),
-    (('--config.train.rows_per_batch=20',),
-     'error: train.rows_per_batch=20 is not a multiple of the group size 4 (grpo); choose a '
+    (('--config.train.rows_per_batch=18',),
+     'error: train.rows_per_batch=18 is not a multiple of the group size 4 (grpo); choose a '
      'multiple of 4.'),
     (('--config.train.learnin_rate=1',),
      'error: a --config.* override names no config field: \'learnin_rate\' Did you mean '
@@ -530,11 +534,11 @@ def test_command_errors_are_one_line(tmp_path, args, expected):
   lines = error_lines(result.stderr)
   assert len(lines) == 1, result.stderr[-3000:]
   assert 'Traceback' not in result.stderr
-  if expected is None:  # a missing data file: the path and exit code 1
-    assert result.returncode == 1 and lines[0].startswith('error: ')
-    assert '/no/such/file.jsonl' in lines[0]
+  assert result.returncode == 2
+  if expected is None:  # a missing data file: its path and the field to fix
+    assert lines[0] == ("error: data path '/no/such/file.jsonl' does not exist; set data.path / "
+                        'data.eval_path to a local file or directory')
   else:
-    assert result.returncode == 2
     assert lines[0] == expected
   verbose = run_main(str(tmp_path / 'run2'), *args, env={'SGPO_VERBOSE': '1'})
   assert 'Traceback' in verbose.stderr and verbose.returncode != 0

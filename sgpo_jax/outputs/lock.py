@@ -8,6 +8,9 @@ Taking it is one atomic `flock`, so of several runs racing for a stale lock exac
 wins. The file is never removed (releasing empties it): removing it would let a run that
 opened the old file and a run that created a new one both hold "the" lock.
 
+The descriptor is not inherited (Python opens it close-on-exec and subprocess closes the
+rest), so a worker process outliving a killed run does not keep its lock.
+
 Across hosts a flock reaches only as far as the filesystem passes it on (NFS with lockd
 does, some network filesystems do not), and another host's pid cannot be checked from
 here; so a record from another host that was not released is refused, with the fix
