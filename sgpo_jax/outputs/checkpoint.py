@@ -21,7 +21,9 @@ previous checkpoint stays intact.
 from __future__ import annotations
 
 import contextlib
+import logging as std_logging
 import os
+import threading
 import time
 from typing import Any
 
@@ -43,9 +45,12 @@ class NoIntactCheckpoint(errors.UserError):
 def _leaf_words_sum(x: jax.Array) -> jax.Array:
   """Sum of the leaf's bits as unsigned words, in uint32 (wraps mod 2**32)."""
   x = jnp.asarray(x)
+  if jnp.issubdtype(x.dtype, jax.dtypes.extended):  # typed PRNG keys: their uint32 data
+    x = jax.random.key_data(x)
   if x.dtype == jnp.bool_:
     return jnp.sum(x.astype(jnp.uint32), dtype=jnp.uint32)
-  unsigned = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}[x.dtype.itemsize]
+  # 8-byte words bitcast to uint32 gain a trailing axis of 2: summed all the same.
+  unsigned = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint32}[x.dtype.itemsize]
   words = jax.lax.bitcast_convert_type(x, unsigned).astype(jnp.uint32)
   return jnp.sum(words, dtype=jnp.uint32)
 
@@ -65,6 +70,28 @@ def state_checksum(state: Any) -> dict[str, int]:
 def _reason(exc: BaseException) -> str:
   text = errors.one_line(f'{type(exc).__name__}: {exc}')
   return text if len(text) <= 160 else text[:157] + '...'
+
+
+class _DropOrbaxDiskFull(std_logging.Filter):
+  """Orbax logs a failed write with its traceback from each writer thread; a full disk is
+  reported once, by DiskFullError, so those records are dropped."""
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    exc = record.exc_info[1] if record.exc_info else None
+    return not ('orbax' in record.pathname and exc is not None
+                and errors.find_enospc(exc) is not None)
+
+
+std_logging.getLogger('absl').addFilter(_DropOrbaxDiskFull())
+
+
+def _wait_for_orbax_threads(timeout_s: float = 60.0) -> None:
+  """Lets orbax's writer threads of a failed save end before its error propagates: still
+  running at interpreter exit, each prints a traceback (hundreds of lines on a full disk)."""
+  deadline = time.time() + timeout_s
+  for thread in threading.enumerate():
+    if thread is not threading.current_thread() and type(thread).__module__.startswith('orbax'):
+      thread.join(max(0.0, deadline - time.time()))
 
 
 def _sync(name: str) -> None:
@@ -118,6 +145,7 @@ class Checkpointer:
       full = errors.find_enospc(e)
       if full is None or isinstance(e, errors.UserError):
         raise
+      _wait_for_orbax_threads()
       try:
         intact = [s for s in self.all_steps() if s != exclude]
       except Exception:  # noqa: BLE001  listing must not hide the disk-full error
