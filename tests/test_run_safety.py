@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import glob
 import json
-import multiprocessing
 import os
 import re
 import shutil
@@ -321,29 +320,30 @@ def test_lock_of_another_host_is_not_judged_by_pid(tmp_path):
     assert json.load(f)['host'] == 'other-host'  # untouched
 
 
-def _race(workdir, barrier, results) -> None:
-  lock = lock_lib.WorkdirLock(workdir)
-  barrier.wait()
-  try:
-    lock.acquire()
-    results.put('won')
-    time.sleep(1.0)  # hold it while the others try
-    lock.release()
-  except lock_lib.WorkdirLocked:
-    results.put('lost')
+_RACER = """
+import sys, time
+from sgpo_jax.outputs import lock
+start_at = float(sys.argv[2])
+while time.time() < start_at:
+  time.sleep(0.001)
+try:
+  held = lock.WorkdirLock(sys.argv[1])
+  held.acquire()
+  print('won', flush=True)
+  time.sleep(3.0)  # hold it while the others try
+  held.release()
+except lock.WorkdirLocked:
+  print('lost', flush=True)
+"""
 
 
 def test_racing_runs_on_a_stale_lock_exactly_one_wins(tmp_path):
   workdir = str(tmp_path)
   _write_record(workdir, pid=_dead_pid(), host=socket.gethostname(), started='?')
-  ctx = multiprocessing.get_context('fork')
-  barrier, results = ctx.Barrier(6), ctx.Queue()
-  procs = [ctx.Process(target=_race, args=(workdir, barrier, results)) for _ in range(6)]
-  for p in procs:
-    p.start()
-  for p in procs:
-    p.join(60)
-  outcomes = sorted(results.get(timeout=5) for _ in procs)
+  start_at = str(time.time() + 3.0)  # after every racer has imported
+  procs = [subprocess.Popen([sys.executable, '-c', _RACER, workdir, start_at], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True) for _ in range(6)]
+  outcomes = sorted(p.communicate(timeout=120)[0].strip() for p in procs)
   assert outcomes == ['lost'] * 5 + ['won']
 
 
