@@ -33,6 +33,9 @@ from absl import logging
 from tqdm.auto import tqdm
 
 from sgpo_jax import allocators as allocators_lib
+from sgpo_jax import errors
+from sgpo_jax.config import resume as resume_lib
+from sgpo_jax.outputs import lock as lock_lib
 from sgpo_jax.outputs import checkpoint as checkpoint_lib
 from sgpo_jax.config import check as config_check
 from sgpo_jax.data import loading as data_lib
@@ -78,11 +81,24 @@ class Setup:
   ledger: flops_lib.FlopsLedger
 
 
-def setup(config, workdir: str, show_progress: bool = True) -> Setup:
-  """Checks the config, loads data, builds mesh, tokenizer, initial policy and sampler."""
-  config_check.check_config(config, jax.device_count())
-  allocators_lib.allocator_class(config.method)  # an unknown method fails before compute
+def check_config(config, num_devices: int | None = None) -> None:
+  """The config check, its ValueError raised as errors.ConfigError (one line in the CLI)."""
+  with errors.config_errors():
+    config_check.check_config(config, num_devices)
+    allocators_lib.allocator_class(config.method)  # an unknown method fails before compute
+
+
+def setup(config, workdir: str, show_progress: bool = True,
+          allow_config_change: tuple[str, ...] = ()) -> Setup:
+  """Checks the config (and, resuming, against the run's config.json: see
+  config/resume.py; `allow_config_change` names fields that may change), then loads data,
+  builds mesh, tokenizer, initial policy and sampler."""
+  check_config(config, jax.device_count())
+  changes = resume_lib.check_resume(config, workdir, tuple(allow_config_change))
   os.makedirs(os.path.join(workdir, 'plots'), exist_ok=True)
+  if sharding_lib.is_writer():
+    resume_lib.record_changes(workdir, changes, checkpoint_lib.latest_step_on_disk(
+        os.path.join(workdir, 'checkpoints')))
   metrics_lib.write_json(os.path.join(workdir, 'config.json'), config.to_dict())
   mesh = sharding_lib.make_mesh(config.mesh)
   tokenizer = tokenizer_lib.load_tokenizer(config.tokenizer)
@@ -91,20 +107,23 @@ def setup(config, workdir: str, show_progress: bool = True) -> Setup:
   model_cfg = model_lib.ModelConfig.from_config(config.model)
   model_cfg.validate()
   if tokenizer.vocab_size > model_cfg.vocab_size:
-    raise ValueError(f'the tokenizer has {tokenizer.vocab_size} tokens but model.vocab_size='
-                     f'{model_cfg.vocab_size}; set model.vocab_size >= {tokenizer.vocab_size}.')
+    raise errors.ConfigError(
+        f'the tokenizer has {tokenizer.vocab_size} tokens but model.vocab_size='
+        f'{model_cfg.vocab_size}; set model.vocab_size >= {tokenizer.vocab_size}.')
   s = config.sampling
   load = lambda split: data_lib.load_queries(  # noqa: E731
       config.data, split, seed=config.data.seed, tokenizer=tokenizer,
       max_prompt_len=s.max_prompt_len)
-  train_queries = load(config.data.split)
-  eval_queries = load(config.data.eval_split)
+  with errors.config_errors():  # a missing or malformed data file: one line
+    train_queries = load(config.data.split)
+    eval_queries = load(config.data.eval_split)
   reward_fn = tasks.get_reward_fn(config.data)
   params, shardings, init_info = warm_start_lib.initial_policy(
       config, model_cfg, mesh, tokenizer, train_queries, workdir, show_progress)
   # RL and profiling on a prefix (or a difficulty-stratified selection); the warm start saw
   # the whole pool.
-  train_queries = data_lib.rl_pool(train_queries, config.data)
+  with errors.config_errors():
+    train_queries = data_lib.rl_pool(train_queries, config.data)
   sampler = make_sampler(config, model_cfg, mesh, shardings, tokenizer)
   return Setup(config, workdir, mesh, tokenizer, model_cfg, train_queries, eval_queries,
                [tokenizer.encode_prompt(q.prompt) for q in train_queries], reward_fn, params,
@@ -260,10 +279,11 @@ def restore_or_init(su: Setup, show_progress: bool = True) -> RunState:
                 else None)
   ckpt = checkpoint_lib.Checkpointer(os.path.join(su.workdir, 'checkpoints'),
                                      config.checkpoint.keep, config.checkpoint.async_save)
-  train_state, meta = learner.init_state(su.params), {}
-  latest = ckpt.latest_step()
-  if latest is not None:
-    train_state, meta = ckpt.restore(latest, train_state)
+  train_state, meta, latest = learner.init_state(su.params), {}, None
+  # The newest checkpoint that restores; broken newer ones are moved aside (checkpoint.py).
+  restored = ckpt.restore_latest(train_state)
+  if restored is not None:
+    latest, train_state, meta = restored
     su.ledger.load_state_dict(meta['flops'])
     meta['wall_seconds_base'] = meta.get('wall_seconds', 0.0)
     logging.info('resumed from step %d in %s', latest, su.workdir)
@@ -449,17 +469,41 @@ def finalize(su: Setup, rs: RunState) -> dict:
 
 
 def run(config, workdir: str, stop_after: str | None = None, show_progress: bool = True,
-        after_step: Callable[[int], None] | None = None) -> dict:
+        after_step: Callable[[int], None] | None = None,
+        allow_config_change: tuple[str, ...] = ()) -> dict:
   """Runs (or resumes) the whole job in `workdir`; returns summary.json's content.
 
-  `after_step(step)` is called once each step's metrics row is written, before its
-  checkpoint (tests use it to inject faults).
+  One run at a time holds `workdir` (outputs/lock.py); a resumed run's config must match
+  the run's config.json but for `allow_config_change` and output-only fields
+  (config/resume.py). `after_step(step)` is called once each step's metrics row is
+  written, before its checkpoint (tests use it to inject faults).
   """
   if config.dry_run:
-    config_check.check_config(config)
+    check_config(config)
     return dry_run_lib.dry_run(config)
+  check_config(config, jax.device_count())  # a bad config fails before the workdir exists
+  lock = lock_lib.WorkdirLock(workdir) if sharding_lib.is_writer() else None
+  if lock is not None:
+    lock.acquire()
+  try:
+    return _run_locked(config, workdir, stop_after, show_progress, after_step,
+                       allow_config_change)
+  except Exception as e:
+    full = errors.find_enospc(e)
+    if full is None or isinstance(e, errors.UserError):
+      raise
+    # A full disk outside the checkpointer (metrics, summary): the newest checkpoint stays.
+    raise errors.DiskFullError(full.filename or workdir, checkpoint_lib.latest_step_on_disk(
+        os.path.join(workdir, 'checkpoints'))) from e
+  finally:
+    if lock is not None:
+      lock.release()
+
+
+def _run_locked(config, workdir, stop_after, show_progress, after_step,
+                allow_config_change) -> dict:
   wall_start = time.time()
-  su = setup(config, workdir, show_progress)
+  su = setup(config, workdir, show_progress, allow_config_change)
   rs = restore_or_init(su, show_progress)
   rs.wall_start = wall_start  # wall time counts setup (warm start, profiling) too
   if stop_after == 'profile':

@@ -8,6 +8,7 @@ class, through the allocator registry. Cross-field checks name the field and the
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import ml_collections
@@ -82,6 +83,25 @@ def _check_eval_fractions(fractions: tuple, budget: float) -> None:
 
 def _choice(name: str, value: Any, choices: Any) -> None:
   _require(value in choices, f'{name}={value!r} is not one of {tuple(choices)}.')
+
+
+# Float fields where inf is a setting (documented in defaults.py), not a mistake.
+INF_ALLOWED = ('train.early_stop.peak_tolerance',)
+
+
+def check_finite(config: ml_collections.ConfigDict, prefix: str = '') -> None:
+  """Every float field (and float in a tuple) is finite, but inf where INF_ALLOWED: a
+  non-finite rate or coefficient passes `> 0` checks and only fails steps later as NaN."""
+  for key, value in config.items():
+    name = f'{prefix}{key}'
+    if isinstance(value, ml_collections.ConfigDict):
+      check_finite(value, name + '.')
+      continue
+    values = value if isinstance(value, (tuple, list)) else (value,)
+    for v in values:
+      if isinstance(v, float) and not math.isfinite(v) and not (
+          name in INF_ALLOWED and math.isinf(v)):
+        raise ValueError(f'config.{name}={value!r} is not finite; give a finite number.')
 
 
 def check_ranges(config: ml_collections.ConfigDict) -> None:
@@ -167,6 +187,7 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
 def check_config(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
   """Raises ValueError naming the field and the fix; call before building anything."""
   check_schema(config, default_config())
+  check_finite(config)
   if config.method not in allocators.registered():
     raise ValueError(f'config.method={config.method!r}: choose one of '
                      f'{allocators.registered()}.')
