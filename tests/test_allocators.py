@@ -86,7 +86,7 @@ def test_grpo_batches_span_epochs_and_resume():
   alloc = allocators.GRPOAllocator(num_queries=5, group_size=2, rows_per_batch=8, seed=0)
   assert all(alloc.next_plan().num_prompts == 4 for _ in range(7))
   assert_resumes_identically(lambda: allocators.GRPOAllocator(5, 2, 8, seed=0), 8)
-  with pytest.raises(ValueError, match='rows_per_batch=12 is not a multiple of the largest'):
+  with pytest.raises(ValueError, match='rows_per_batch=12 is not a multiple of the group size 8; use a multiple of 8'):
     allocators.GRPOAllocator(10, 8, 12)
   other = allocators.GRPOAllocator(5, 2, 8, seed=1)
   with pytest.raises(ValueError, match='same data and seed'):

@@ -516,8 +516,8 @@ def test_second_run_on_a_locked_workdir_stops_at_once_naming_the_holder(tmp_path
     (('--config.train.learning_rate=inf',),
      'error: config.train.learning_rate=inf is not finite; give a finite number.'),
     (('--config.train.rows_per_batch=18',),
-     'error: train.rows_per_batch=18 is not a multiple of the group size 4 (grpo); choose a '
-     'multiple of 4.'),
+     'error: train.rows_per_batch=18 is not a multiple of the group size 4; use a multiple '
+     'of 4, e.g. 16.'),
     (('--config.train.learnin_rate=1',),
      'error: a --config.* override names no config field: \'learnin_rate\' Did you mean '
      '"learning_rate" instead of "learnin_rate"?'),

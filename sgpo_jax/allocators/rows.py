@@ -76,10 +76,11 @@ def check_rows_per_batch(rows_per_batch: int, group_sizes: Sequence[int],
   if bad:
     lcm = _lcm(sizes)
     suggestion = max(lcm, rows_per_batch // lcm * lcm)
-    which = ('the largest group size' if bad[-1] == sizes[-1] else 'the group size')
+    which = ('the largest group size' if len(sizes) > 1 and bad[-1] == sizes[-1]
+             else 'the group size')
+    among = f' (group sizes {sizes})' if len(sizes) > 1 else ''
     raise ValueError(f'{name}={rows_per_batch} is not a multiple of {which} '
-                     f'{bad[-1]} (group sizes {sizes}); use a multiple of {lcm}, e.g. '
-                     f'{suggestion}')
+                     f'{bad[-1]}{among}; use a multiple of {lcm}, e.g. {suggestion}.')
 
 
 def layout_rows(query_index_P: np.ndarray | Sequence[int],
