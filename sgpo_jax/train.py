@@ -41,6 +41,7 @@ from sgpo_jax.outputs import environment
 from sgpo_jax.generate import evaluate as evaluate_lib
 from sgpo_jax.model import flops as flops_lib
 from sgpo_jax.rl import learner as learner_lib
+from sgpo_jax.rl import overlong as overlong_lib
 from sgpo_jax.outputs import metrics as metrics_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.generate import profiling as profile_lib
@@ -186,6 +187,9 @@ def rollout(su: Setup, params, layout, rng, category: str = 'rollout') -> alloca
   queries = [su.train_queries[layout.row_query_index_R[r]] for r in valid_rows]
   rewards[valid_rows] = sharding_lib.score_across_processes(
       su.reward_fn, evaluate_lib.decode_rows(tok, out.tokens_RxN, out.mask_RxN), queries)
+  if config.train.overlong_penalty_len > 0:  # DAPO's soft overlong punishment
+    rewards[valid_rows] += overlong_lib.soft_overlong_penalty_R(
+        out.mask_RxN.sum(axis=1), n_new, config.train.overlong_penalty_len)
   return allocators_lib.Rollout(tokens, mask, logps, rewards,
                                 np.asarray(layout.row_query_index_R), pad_id=tok.pad_id)
 
@@ -195,6 +199,10 @@ def train_batch(su: Setup, layout, rollout: allocators_lib.Rollout) -> dict[str,
   batch = learner_lib.layout_batch(prompts, rollout.tokens_RxN, rollout.mask_RxN,
                                    rollout.logps_RxN, su.config.sampling.max_prompt_len,
                                    su.tokenizer.pad_id)
+  if su.config.train.overlong_mask:  # DAPO's overlong filtering: cut rows leave the loss
+    batch['completion_mask_RxT1'] = overlong_lib.mask_truncated(
+        batch['completion_mask_RxT1'], overlong_lib.truncated_R(
+            rollout.tokens_RxN, rollout.mask_RxN, su.tokenizer.stop_token_ids))
   batch.update(rewards_R=rollout.rewards_R.astype(np.float32),
                group_id_R=np.asarray(layout.group_id_R, np.int32),
                valid_R=np.asarray(layout.valid_R, bool))
@@ -353,6 +361,9 @@ def _metrics_row(su: Setup, rs: RunState, filled: allocators_lib.FilledBatch,
       'group_size_mean': float(np.asarray(layout.row_group_size_R)[valid].mean())
       if valid.any() else 0.0,
       'completion_len_mean': completion_tokens / max(int(valid.sum()), 1),
+      'truncated_fraction': float(overlong_lib.truncated_R(
+          rollout.tokens_RxN[valid], rollout.mask_RxN[valid], su.tokenizer.stop_token_ids).mean())
+      if valid.any() else 0.0,
       'seconds': seconds, **filled.info,
       **{k: float(v) for k, v in step_metrics.items()},
   }

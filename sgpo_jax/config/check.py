@@ -290,6 +290,10 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
            'sequence ratio s_i = exp(mean log ratio) moves ~1e-3 per update, so token-sized '
            'bounds never clip. Use GSPO-sized bounds (the paper: clip_eps_low=3e-4, '
            'clip_eps_high=4e-4), or importance_level=token.')
+  _require(0 <= t.overlong_penalty_len <= s.max_new_tokens,
+           f'train.overlong_penalty_len={t.overlong_penalty_len} must be in [0, '
+           f'sampling.max_new_tokens={s.max_new_tokens}] (0 = no soft overlong penalty; DAPO '
+           'uses 4096 of 20480).')
   _check_eval_fractions(tuple(config.eval.at_budget_fractions), t.flops_budget)
   _require(0 < s.top_p <= 1, f'sampling.top_p={s.top_p} must be in (0, 1].')
   _require(s.temperature >= 0, f'sampling.temperature={s.temperature} must be >= 0 (0 = greedy).')
