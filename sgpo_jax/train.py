@@ -22,7 +22,6 @@ with the same workdir continues with exactly the metrics an uninterrupted run wr
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +34,7 @@ from tqdm.auto import tqdm
 from sgpo_jax import allocators as allocators_lib
 from sgpo_jax.outputs import checkpoint as checkpoint_lib
 from sgpo_jax.config import check as config_check
+from sgpo_jax.data import inputs as inputs_lib
 from sgpo_jax.data import loading as data_lib
 from sgpo_jax.model import dry_run as dry_run_lib
 from sgpo_jax.outputs import environment
@@ -43,6 +43,7 @@ from sgpo_jax.model import flops as flops_lib
 from sgpo_jax.rl import learner as learner_lib
 from sgpo_jax.rl import overlong as overlong_lib
 from sgpo_jax.outputs import metrics as metrics_lib
+from sgpo_jax.outputs import paths as paths_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.generate import profiling as profile_lib
 from sgpo_jax.outputs import report as report_lib
@@ -83,14 +84,17 @@ def setup(config, workdir: str, show_progress: bool = True) -> Setup:
   """Checks the config, loads data, builds mesh, tokenizer, initial policy and sampler."""
   config_check.check_config(config, jax.device_count())
   allocators_lib.allocator_class(config.method)  # an unknown method fails before compute
-  os.makedirs(os.path.join(workdir, 'plots'), exist_ok=True)
-  metrics_lib.write_json(os.path.join(workdir, 'config.json'), config.to_dict())
+  # Inputs (paths, then tokenizer, checkpoint config and data parsed) and the workdir's
+  # storage backend, before any compute or write.
+  inputs_lib.check_paths(config)
+  paths_lib.check_workdir(workdir, config)
   mesh = sharding_lib.make_mesh(config.mesh)
   tokenizer = tokenizer_lib.load_tokenizer(config.tokenizer)
-  if sharding_lib.is_writer():
-    tokenizer.save(os.path.join(workdir, 'tokenizer'))
   model_cfg = model_lib.ModelConfig.from_config(config.model)
   model_cfg.validate()
+  if config.model.hf_path:
+    from sgpo_jax.model import hf as hf_lib
+    hf_lib.check_matches_checkpoint(model_cfg, config.model.hf_path)
   if tokenizer.vocab_size > model_cfg.vocab_size:
     raise ValueError(f'the tokenizer has {tokenizer.vocab_size} tokens but model.vocab_size='
                      f'{model_cfg.vocab_size}; set model.vocab_size >= {tokenizer.vocab_size}.')
@@ -100,6 +104,13 @@ def setup(config, workdir: str, show_progress: bool = True) -> Setup:
       max_prompt_len=s.max_prompt_len)
   train_queries = load(config.data.split)
   eval_queries = load(config.data.eval_split)
+  logging.info(inputs_lib.prompt_length_report(
+      [len(tokenizer.encode_prompt(q.prompt)) for q in train_queries],
+      prompt_buckets(config), s.max_prompt_len)[1])
+  paths_lib.makedirs(paths_lib.join(workdir, 'plots'))
+  metrics_lib.write_json(paths_lib.join(workdir, 'config.json'), config.to_dict())
+  if sharding_lib.is_writer():
+    paths_lib.save_tokenizer(tokenizer, paths_lib.join(workdir, 'tokenizer'))
   reward_fn = tasks.get_reward_fn(config.data)
   params, shardings, init_info = warm_start_lib.initial_policy(
       config, model_cfg, mesh, tokenizer, train_queries, workdir, show_progress)
@@ -110,6 +121,16 @@ def setup(config, workdir: str, show_progress: bool = True) -> Setup:
   return Setup(config, workdir, mesh, tokenizer, model_cfg, train_queries, eval_queries,
                [tokenizer.encode_prompt(q.prompt) for q in train_queries], reward_fn, params,
                shardings, init_info, sampler, flops_lib.FlopsLedger(model_cfg))
+
+
+def prompt_buckets(config) -> tuple[int, ...]:
+  """The prompt lengths the sampler compiles for (`sampling.engine`'s buckets)."""
+  s = config.sampling
+  if s.get('engine', 'static') == 'continuous':
+    from sgpo_jax.generate import continuous
+    return continuous.prefill_buckets(s.max_prompt_len, s.prefill_step)
+  from sgpo_jax.generate import sampler as sampler_lib
+  return sampler_lib.prompt_buckets(s.max_prompt_len, s.min_prompt_bucket)
 
 
 def make_sampler(config, model_cfg, mesh, shardings, tokenizer) -> Sampler | ContinuousSampler:
@@ -129,7 +150,7 @@ def make_sampler(config, model_cfg, mesh, shardings, tokenizer) -> Sampler | Con
 def run_profile(su: Setup, show_progress: bool = True) -> sgpo_lib.Allocation:
   """Profiles the pool under the initial policy (resumable) and allocates it."""
   config = su.config
-  path = os.path.join(su.workdir, profile_lib.PROFILE_FILE)
+  path = paths_lib.join(su.workdir, profile_lib.PROFILE_FILE)
   allocator_cls = allocators_lib.allocator_class(config.method)
   profile = profile_lib.profile_queries(
       su.sampler, su.params, su.train_queries, su.tokenizer, su.reward_fn,
@@ -143,14 +164,14 @@ def allocate(su: Setup, profile: dict) -> sgpo_lib.Allocation:
   """The allocator's allocation of `profile`; rewrites profile.jsonl with its fields."""
   allocation = allocators_lib.allocator_class(su.config.method).allocate(su.config, profile)
   if sharding_lib.is_writer():
-    path = os.path.join(su.workdir, profile_lib.PROFILE_FILE)
+    path = paths_lib.join(su.workdir, profile_lib.PROFILE_FILE)
     sampled = profile_lib.read_profile(path)  # keep each query's FLOPs share for later runs
     records = [dict(r, **{k: v for k, v in sampled.get(r['id'], {}).items()
                           if k.startswith('flops_')}) for r in allocation.profile_records()]
     tmp = path + '.tmp'
-    open(tmp, 'w').close()
+    paths_lib.write_text(tmp, '')
     metrics_lib.append_jsonl(tmp, records)
-    os.replace(tmp, path)
+    paths_lib.replace(tmp, path)
     report_lib.plot_profile(su.workdir, allocation)
   return allocation
 
@@ -266,7 +287,7 @@ def restore_or_init(su: Setup, show_progress: bool = True) -> RunState:
                                 config.train.num_steps)
   ref_params = (jax.tree.map(lambda x: x.copy(), su.params) if config.train.kl_coef > 0
                 else None)
-  ckpt = checkpoint_lib.Checkpointer(os.path.join(su.workdir, 'checkpoints'),
+  ckpt = checkpoint_lib.Checkpointer(paths_lib.join(su.workdir, 'checkpoints'),
                                      config.checkpoint.keep, config.checkpoint.async_save)
   train_state, meta = learner.init_state(su.params), {}
   latest = ckpt.latest_step()
@@ -450,7 +471,7 @@ def finalize(su: Setup, rs: RunState) -> dict:
     summary['profile'] = rs.allocation.summary()
   if hasattr(rs.allocator, 'summary'):  # an allocator's own diagnostics (sgpo_bayes)
     summary['allocator'] = rs.allocator.summary()
-  metrics_lib.write_json(os.path.join(su.workdir, 'summary.json'), summary)
+  metrics_lib.write_json(paths_lib.join(su.workdir, 'summary.json'), summary)
   if sharding_lib.is_writer():
     report_lib.write_report(su.workdir, summary, rs.writer.rows, rs.allocation)
   closer = getattr(su.reward_fn, 'close', None)

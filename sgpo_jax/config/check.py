@@ -257,6 +257,8 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
   _choice('data.reward', d.reward, tasks.REWARDS)
   _choice('data.bad_rows', d.bad_rows, ('error', 'skip'))
   _choice('tokenizer.kind', config.tokenizer.kind, ('char', 'hf'))
+  from sgpo_jax.model import devices
+  _choice('dry_run_device', config.dry_run_device, ('',) + tuple(sorted(devices.DEVICES)))
   _choice('train.schedule', t.schedule, ('constant', 'cosine'))
   _choice('train.advantage', t.advantage, sorted(grpo.ADVANTAGE_ESTIMATORS))
   _choice('train.loss_agg', t.loss_agg, sorted(grpo.LOSS_AGGREGATIONS))

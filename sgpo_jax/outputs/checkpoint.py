@@ -10,17 +10,18 @@ come from `config.checkpoint`.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 
+from sgpo_jax.outputs import paths
+
 
 class Checkpointer:
 
   def __init__(self, directory: str, keep: int = 2, async_save: bool = False):
-    self.directory = os.path.abspath(directory)
+    self.directory = paths.absolute(directory)  # gs:// stays a URL (orbax uses epath)
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
                                            enable_async_checkpointing=async_save)
     self.manager = ocp.CheckpointManager(
