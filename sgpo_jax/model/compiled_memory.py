@@ -57,6 +57,16 @@ def tree_bytes_per_device(tree: Any) -> int:
   return total
 
 
+def _jitted(owner: Any, name: str) -> Any:
+  """`owner.<name>`, the jax.jit object the trainer calls; a clear error if it was renamed."""
+  fn = getattr(owner, name, None)
+  if fn is None or not hasattr(fn, 'lower'):
+    raise AttributeError(f'compiled_memory compiles {type(owner).__name__}.{name}, which is '
+                         'gone or not a jax.jit function; point sgpo_jax/model/compiled_memory.py '
+                         'at the jitted function that class calls now.')
+  return fn
+
+
 def _sds(shape, dtype, sharding=None) -> jax.ShapeDtypeStruct:
   return jax.ShapeDtypeStruct(tuple(shape), dtype, sharding=sharding)
 
@@ -98,7 +108,7 @@ def _sampler_program(config, cfg, mesh, params, shardings, resident: int) -> Pro
     args = (params, _sds((rows, p), jnp.int32, b2), _sds((rows, p), jnp.int32, b2),
             _sds((rows,), jnp.int32, b1), key) + scalars
     note = f'static: {rows} rows x ({p} prompt + {sampler.max_new_tokens} new) tokens'
-  return Program('sampler', sampler._generate_jit, args, resident,
+  return Program('sampler', _jitted(sampler, '_generate_jit'), args, resident,
                  tree_bytes_per_device(params) + resident, note)
 
 
@@ -108,7 +118,8 @@ def _batch_args(learner, config, mesh) -> tuple[Any, str]:
   b1, b2 = sharding_lib.batch_sharding(mesh, 1), sharding_lib.batch_sharding(mesh, 2)
   if learner.pack_shape is not None:
     from sgpo_jax.rl import sequence_packing as packing_lib
-    zeros = dict(tokens_RxT=np.zeros((rows, seq), np.int32), mask_RxT=np.ones((rows, seq), np.int32),
+    zeros = dict(tokens_RxT=np.zeros((rows, seq), np.int32),
+                 mask_RxT=np.ones((rows, seq), np.int32),
                  completion_mask_RxT1=np.ones((rows, seq - 1), np.int32),
                  old_logp_RxT1=np.zeros((rows, seq - 1), np.float32),
                  ref_logp_RxT1=np.zeros((rows, seq - 1), np.float32),
@@ -142,14 +153,14 @@ def build_programs(config, cfg: model_lib.ModelConfig, mesh) -> list[Program]:
   ref_bytes = param_bytes if t.kl_coef > 0 else 0
   programs = [_sampler_program(config, cfg, mesh, params, shardings, opt_bytes + ref_bytes)]
   batch, note = _batch_args(learner, config, mesh)
-  jitted = learner._packed_jit if learner.pack_shape is not None else learner._train_jit
+  jitted = _jitted(learner, '_packed_jit' if learner.pack_shape is not None else '_train_jit')
   programs.append(Program('train_step', jitted, (state, batch), ref_bytes,
                           param_bytes + opt_bytes + ref_bytes, note))
   if t.kl_coef > 0 or t.mu > 1:
     rows, seq = int(t.rows_per_batch), int(s.max_prompt_len) + int(s.max_new_tokens)
     b2 = sharding_lib.batch_sharding(mesh, 2)
     tok = _sds((rows, seq), jnp.int32, b2)
-    programs.append(Program('logprobs', learner._logprob_jit, (params, tok, tok),
+    programs.append(Program('logprobs', _jitted(learner, '_logprob_jit'), (params, tok, tok),
                             opt_bytes + ref_bytes, param_bytes + opt_bytes + ref_bytes,
                             f'{rows} rows x {seq} tokens (reference / old policy)'))
   return programs
