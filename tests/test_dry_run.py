@@ -416,3 +416,19 @@ def test_prompt_length_histogram_by_hand():
   assert counts == {16: 2, 32: 1, 64: 2}
   assert '>     64       1 (longer than sampling.max_prompt_len)' in text and 'max 70' in text
   assert np.sum(list(counts.values())) == 5
+
+
+def test_packed_train_step_and_log_prob_pass_lower_at_their_shapes():
+  c = _tiny_config()
+  c.train.packing = True
+  c.train.pack_rows = 2
+  c.train.mu = 2  # the old-policy log-prob pass
+  cfg = model_lib.ModelConfig.from_config(c.model)
+  mesh = dry_run._mesh_for(c.mesh, None)[0]
+  programs = {p.name: p for p in compiled_memory.build_programs(c, cfg, mesh)}
+  assert set(programs) == {'sampler', 'train_step', 'logprobs'}
+  packed = programs['train_step'].args[1]
+  assert packed['tokens_MxBxL'].shape[1:] == (2, c.sampling.max_prompt_len
+                                              + c.sampling.max_new_tokens)
+  for p in programs.values():
+    p.jitted.lower(*p.args)  # traces the trainer's own functions at these shapes
