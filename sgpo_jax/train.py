@@ -38,13 +38,16 @@ from sgpo_jax.config import resume as resume_lib
 from sgpo_jax.outputs import lock as lock_lib
 from sgpo_jax.outputs import checkpoint as checkpoint_lib
 from sgpo_jax.config import check as config_check
+from sgpo_jax.data import inputs as inputs_lib
 from sgpo_jax.data import loading as data_lib
 from sgpo_jax.model import dry_run as dry_run_lib
 from sgpo_jax.outputs import environment
 from sgpo_jax.generate import evaluate as evaluate_lib
 from sgpo_jax.model import flops as flops_lib
 from sgpo_jax.rl import learner as learner_lib
+from sgpo_jax.rl import overlong as overlong_lib
 from sgpo_jax.outputs import metrics as metrics_lib
+from sgpo_jax.outputs import paths as paths_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.generate import profiling as profile_lib
 from sgpo_jax.outputs import report as report_lib
@@ -90,22 +93,24 @@ def check_config(config, num_devices: int | None = None) -> None:
 
 def setup(config, workdir: str, show_progress: bool = True,
           allow_config_change: tuple[str, ...] = ()) -> Setup:
-  """Checks the config (and, resuming, against the run's config.json: see
-  config/resume.py; `allow_config_change` names fields that may change), then loads data,
-  builds mesh, tokenizer, initial policy and sampler."""
+  """Checks the config, its inputs and the workdir (and, resuming, the config against the
+  run's config.json: see config/resume.py; `allow_config_change` names fields that may
+  change), then loads data, builds mesh, tokenizer, initial policy and sampler. Nothing is
+  written to the workdir before every check has passed."""
   check_config(config, jax.device_count())
+  # Inputs (paths, then tokenizer, checkpoint config and data parsed) and the workdir's
+  # storage backend, before any compute or write.
+  with errors.config_errors():
+    inputs_lib.check_paths(config)
+  paths_lib.check_workdir(workdir, config)
   changes = resume_lib.check_resume(config, workdir, tuple(allow_config_change))
-  os.makedirs(os.path.join(workdir, 'plots'), exist_ok=True)
-  if sharding_lib.is_writer():
-    resume_lib.record_changes(workdir, changes, checkpoint_lib.latest_step_on_disk(
-        os.path.join(workdir, 'checkpoints')))
-  metrics_lib.write_json(os.path.join(workdir, 'config.json'), config.to_dict())
   mesh = sharding_lib.make_mesh(config.mesh)
   tokenizer = tokenizer_lib.load_tokenizer(config.tokenizer)
-  if sharding_lib.is_writer():
-    tokenizer.save(os.path.join(workdir, 'tokenizer'))
   model_cfg = model_lib.ModelConfig.from_config(config.model)
   model_cfg.validate()
+  if config.model.hf_path:
+    from sgpo_jax.model import hf as hf_lib
+    hf_lib.check_matches_checkpoint(model_cfg, config.model.hf_path)
   if tokenizer.vocab_size > model_cfg.vocab_size:
     raise errors.ConfigError(
         f'the tokenizer has {tokenizer.vocab_size} tokens but model.vocab_size='
@@ -117,6 +122,16 @@ def setup(config, workdir: str, show_progress: bool = True,
   with errors.config_errors():  # a missing or malformed data file: one line
     train_queries = load(config.data.split)
     eval_queries = load(config.data.eval_split)
+  logging.info(inputs_lib.prompt_length_report(
+      [len(tokenizer.encode_prompt(q.prompt)) for q in train_queries],
+      prompt_buckets(config), s.max_prompt_len)[1])
+  paths_lib.makedirs(paths_lib.join(workdir, 'plots'))
+  if sharding_lib.is_writer():
+    resume_lib.record_changes(workdir, changes, checkpoint_lib.latest_step_on_disk(
+        os.path.join(workdir, 'checkpoints')))
+  metrics_lib.write_json(paths_lib.join(workdir, 'config.json'), config.to_dict())
+  if sharding_lib.is_writer():
+    paths_lib.save_tokenizer(tokenizer, paths_lib.join(workdir, 'tokenizer'))
   reward_fn = tasks.get_reward_fn(config.data)
   params, shardings, init_info = warm_start_lib.initial_policy(
       config, model_cfg, mesh, tokenizer, train_queries, workdir, show_progress)
@@ -128,6 +143,16 @@ def setup(config, workdir: str, show_progress: bool = True,
   return Setup(config, workdir, mesh, tokenizer, model_cfg, train_queries, eval_queries,
                [tokenizer.encode_prompt(q.prompt) for q in train_queries], reward_fn, params,
                shardings, init_info, sampler, flops_lib.FlopsLedger(model_cfg))
+
+
+def prompt_buckets(config) -> tuple[int, ...]:
+  """The prompt lengths the sampler compiles for (`sampling.engine`'s buckets)."""
+  s = config.sampling
+  if s.get('engine', 'static') == 'continuous':
+    from sgpo_jax.generate import continuous
+    return continuous.prefill_buckets(s.max_prompt_len, s.prefill_step)
+  from sgpo_jax.generate import sampler as sampler_lib
+  return sampler_lib.prompt_buckets(s.max_prompt_len, s.min_prompt_bucket)
 
 
 def make_sampler(config, model_cfg, mesh, shardings, tokenizer) -> Sampler | ContinuousSampler:
@@ -147,7 +172,7 @@ def make_sampler(config, model_cfg, mesh, shardings, tokenizer) -> Sampler | Con
 def run_profile(su: Setup, show_progress: bool = True) -> sgpo_lib.Allocation:
   """Profiles the pool under the initial policy (resumable) and allocates it."""
   config = su.config
-  path = os.path.join(su.workdir, profile_lib.PROFILE_FILE)
+  path = paths_lib.join(su.workdir, profile_lib.PROFILE_FILE)
   allocator_cls = allocators_lib.allocator_class(config.method)
   profile = profile_lib.profile_queries(
       su.sampler, su.params, su.train_queries, su.tokenizer, su.reward_fn,
@@ -161,14 +186,14 @@ def allocate(su: Setup, profile: dict) -> sgpo_lib.Allocation:
   """The allocator's allocation of `profile`; rewrites profile.jsonl with its fields."""
   allocation = allocators_lib.allocator_class(su.config.method).allocate(su.config, profile)
   if sharding_lib.is_writer():
-    path = os.path.join(su.workdir, profile_lib.PROFILE_FILE)
+    path = paths_lib.join(su.workdir, profile_lib.PROFILE_FILE)
     sampled = profile_lib.read_profile(path)  # keep each query's FLOPs share for later runs
     records = [dict(r, **{k: v for k, v in sampled.get(r['id'], {}).items()
                           if k.startswith('flops_')}) for r in allocation.profile_records()]
     tmp = path + '.tmp'
-    open(tmp, 'w').close()
+    paths_lib.write_text(tmp, '')
     metrics_lib.append_jsonl(tmp, records)
-    os.replace(tmp, path)
+    paths_lib.replace(tmp, path)
     report_lib.plot_profile(su.workdir, allocation)
   return allocation
 
@@ -205,6 +230,9 @@ def rollout(su: Setup, params, layout, rng, category: str = 'rollout') -> alloca
   queries = [su.train_queries[layout.row_query_index_R[r]] for r in valid_rows]
   rewards[valid_rows] = sharding_lib.score_across_processes(
       su.reward_fn, evaluate_lib.decode_rows(tok, out.tokens_RxN, out.mask_RxN), queries)
+  if config.train.overlong_penalty_len > 0:  # DAPO's soft overlong punishment
+    rewards[valid_rows] += overlong_lib.soft_overlong_penalty_R(
+        out.mask_RxN.sum(axis=1), n_new, config.train.overlong_penalty_len)
   return allocators_lib.Rollout(tokens, mask, logps, rewards,
                                 np.asarray(layout.row_query_index_R), pad_id=tok.pad_id)
 
@@ -214,6 +242,10 @@ def train_batch(su: Setup, layout, rollout: allocators_lib.Rollout) -> dict[str,
   batch = learner_lib.layout_batch(prompts, rollout.tokens_RxN, rollout.mask_RxN,
                                    rollout.logps_RxN, su.config.sampling.max_prompt_len,
                                    su.tokenizer.pad_id)
+  if su.config.train.overlong_mask:  # DAPO's overlong filtering: cut rows leave the loss
+    batch['completion_mask_RxT1'] = overlong_lib.mask_truncated(
+        batch['completion_mask_RxT1'], overlong_lib.truncated_R(
+            rollout.tokens_RxN, rollout.mask_RxN, su.tokenizer.stop_token_ids))
   batch.update(rewards_R=rollout.rewards_R.astype(np.float32),
                group_id_R=np.asarray(layout.group_id_R, np.int32),
                valid_R=np.asarray(layout.valid_R, bool))
@@ -277,7 +309,7 @@ def restore_or_init(su: Setup, show_progress: bool = True) -> RunState:
                                 config.train.num_steps)
   ref_params = (jax.tree.map(lambda x: x.copy(), su.params) if config.train.kl_coef > 0
                 else None)
-  ckpt = checkpoint_lib.Checkpointer(os.path.join(su.workdir, 'checkpoints'),
+  ckpt = checkpoint_lib.Checkpointer(paths_lib.join(su.workdir, 'checkpoints'),
                                      config.checkpoint.keep, config.checkpoint.async_save)
   train_state, meta, latest = learner.init_state(su.params), {}, None
   # The newest checkpoint that restores; broken newer ones are moved aside (checkpoint.py).
@@ -373,6 +405,9 @@ def _metrics_row(su: Setup, rs: RunState, filled: allocators_lib.FilledBatch,
       'group_size_mean': float(np.asarray(layout.row_group_size_R)[valid].mean())
       if valid.any() else 0.0,
       'completion_len_mean': completion_tokens / max(int(valid.sum()), 1),
+      'truncated_fraction': float(overlong_lib.truncated_R(
+          rollout.tokens_RxN[valid], rollout.mask_RxN[valid], su.tokenizer.stop_token_ids).mean())
+      if valid.any() else 0.0,
       'seconds': seconds, **filled.info,
       **{k: float(v) for k, v in step_metrics.items()},
   }
@@ -459,7 +494,7 @@ def finalize(su: Setup, rs: RunState) -> dict:
     summary['profile'] = rs.allocation.summary()
   if hasattr(rs.allocator, 'summary'):  # an allocator's own diagnostics (sgpo_bayes)
     summary['allocator'] = rs.allocator.summary()
-  metrics_lib.write_json(os.path.join(su.workdir, 'summary.json'), summary)
+  metrics_lib.write_json(paths_lib.join(su.workdir, 'summary.json'), summary)
   if sharding_lib.is_writer():
     report_lib.write_report(su.workdir, summary, rs.writer.rows, rs.allocation)
   closer = getattr(su.reward_fn, 'close', None)

@@ -243,3 +243,192 @@ def test_qwen3_config_loss_and_thinking_variants(arg, expected):
   with pytest.raises(ValueError, match="loss='grpo'"):
     load_config('qwen3_0_6b_gsm8k', 'loss=grpo')
   assert not load_config('qwen3_0_6b_gsm8k', 'thinking=0').tokenizer.enable_thinking
+
+
+# ---------------------------------------------------------------------------------------
+# Compiled verdict: the run's own jitted programs, lowered and compiled at real shapes.
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from sgpo_jax.data import inputs as inputs_lib  # noqa: E402
+from sgpo_jax.model import compiled_memory  # noqa: E402
+from sgpo_jax.model import devices  # noqa: E402
+
+
+def _tiny_config() -> ml_collections.ConfigDict:
+  c = default_config.get_config()
+  c.train.rows_per_batch = 16
+  return c
+
+
+@pytest.fixture(scope='module')
+def tiny_result():
+  return dry_run.dry_run(_tiny_config(), print_table=False)
+
+
+def test_compiled_programs_account_for_state_batch_and_resident_bytes(tiny_result):
+  c = _tiny_config()
+  result = tiny_result
+  compiled = result['compiled']
+  assert set(compiled) == {'sampler', 'train_step'}  # kl_coef = 0, mu = 1: no log-prob pass
+  n = result['model']['params_total']
+  # f32 params, AdamW mu and nu, two int32 step counts (Adam's and the lr schedule's).
+  state_bytes = n * 4 + 2 * n * 4 + 2 * 4
+  rows, seq = 16, c.sampling.max_prompt_len + c.sampling.max_new_tokens
+  # tokens + mask (int32), completion mask + old log-probs (4 bytes each) on T-1 target
+  # positions, rewards (f32), group ids (int32), valid (bool); the reference log-probs are
+  # unused at kl_coef = 0, so jit drops that argument.
+  batch_bytes = rows * seq * 4 * 2 + rows * (seq - 1) * 4 * 2 + rows * (4 + 4 + 1)
+  train = compiled['train_step']
+  assert train['argument'] == state_bytes + batch_bytes
+  assert train['alias'] == state_bytes  # the state is donated: updated in place
+  sampler = compiled['sampler']
+  assert sampler['resident'] == 2 * n * 4 + 2 * 4  # AdamW moments stay in memory while sampling
+  for m in compiled.values():
+    assert m['peak'] == m['argument'] + m['output'] + m['temp'] - m['alias'] + m['resident']
+    assert m['fits']
+
+
+def test_compiled_sampler_grows_with_rows_and_kl_adds_the_log_prob_pass(tiny_result):
+  small = tiny_result['compiled']
+  c = _tiny_config()
+  c.train.rows_per_batch = 64
+  c.train.kl_coef = 0.1
+  big = dry_run.dry_run(c, print_table=False)['compiled']
+  assert big['sampler']['temp'] > small['sampler']['temp']  # KV cache of 4x the rows
+  n = dry_run.dry_run(c, print_table=False, compile=False)['model']['params_total']
+  assert big['logprobs']['resident'] == 2 * n * 4 + 2 * 4 + n * 4  # + the reference policy
+  assert big['train_step']['resident'] == n * 4
+
+
+def test_continuous_engine_is_compiled_with_its_slots():
+  c = _tiny_config()
+  c.sampling.engine = 'continuous'
+  c.sampling.decode_slots = 8
+  result = dry_run.dry_run(c, print_table=False)
+  assert 'continuous: 8 decode slots, 16 queued rows' == result['compiled']['sampler']['note']
+
+
+def test_does_not_fit_raises_with_concrete_advice(tiny_result, monkeypatch, capsys):
+  c = _tiny_config()
+  c.dry_run_device = 'v5e'
+  # The compiled numbers of the same config (the CLI test below compiles end to end).
+  monkeypatch.setattr(compiled_memory, 'compile_programs', lambda *a: {
+      k: dict(v) for k, v in tiny_result['compiled'].items()})
+  train = tiny_result['compiled']['train_step']
+  budget = (train['fixed'] + train['peak']) // 2  # holds the state, not the activations
+  monkeypatch.setattr(devices, 'usable_bytes', lambda spec: budget)
+  with pytest.raises(dry_run.DoesNotFit, match='will not fit on v5e') as err:
+    dry_run.dry_run(c)
+  assert 'train_step: peak' in str(err.value)
+  assert 'set train.micro_batches >= 2 (now 1; 8 rows per micro-batch)' in str(err.value)
+  assert 'model.remat=True' in str(err.value)
+  assert 'NO' in capsys.readouterr().out  # the table is printed before the error
+
+
+def test_advice_by_hand():
+  gib = 1024**3
+  c = default_config.get_config()  # rows_per_batch 128, micro_batches 1, remat False
+  memory = {'peak': 10 * gib, 'fixed': 2 * gib}
+  # Variable part 8 GiB must shrink to 6 - 2 = 4 GiB: half the rows per call.
+  text = compiled_memory.advice('train_step', memory, 6 * gib, c, batch_shards=1)
+  assert 'train.micro_batches >= 2 (now 1; 64 rows per micro-batch)' in text
+  assert 'model.remat=True' in text and 'train.logprob_chunk' in text
+  text = compiled_memory.advice('sampler', memory, 6 * gib, c, batch_shards=1)
+  assert 'sampling.decode_slots <= 64' in text and 'train.rows_per_batch <= 64' in text
+  c.sampling.engine = 'continuous'
+  c.sampling.decode_slots = 32
+  text = compiled_memory.advice('sampler', memory, 6 * gib, c, batch_shards=1)
+  assert 'sampling.decode_slots <= 16 (now 32)' in text
+  text = compiled_memory.advice('train_step', memory, gib, c, batch_shards=1)
+  assert 'alone need 2.00 GiB' in text and 'fsdp' in text
+
+
+def test_mesh_larger_than_the_host_skips_compiling_with_the_way_to_do_it():
+  c = _tiny_config()
+  c.mesh.shape = (1, 8, 1)
+  result = dry_run.dry_run(c, num_devices=8, print_table=False)
+  assert 'xla_force_host_platform_device_count=8' in result['compile_skipped']
+  assert 'compiled' not in result
+
+
+def test_device_table():
+  assert devices.spec('h100-80gb').hbm_bandwidth == 3.35e12
+  assert devices.spec('h200').hbm_bandwidth == 4.8e12
+  assert devices.spec_for_kind('NVIDIA H100 80GB HBM3').name == 'h100-80gb'
+  assert devices.spec_for_kind('TPU v5 lite').name == 'v5e'
+  with pytest.raises(ValueError, match="dry_run_device='a100'"):
+    devices.spec('a100')
+  c = default_config.get_config()
+  c.dry_run_device = 'a100'
+  with pytest.raises(ValueError, match='dry_run_device'):
+    config_check.check_config(c)
+
+
+def test_cli_dry_run_exits_non_zero_when_it_does_not_fit():
+  env = dict(os.environ, XLA_PYTHON_CLIENT_MEM_FRACTION='0.000001', JAX_PLATFORMS='cpu')
+  proc = subprocess.run(
+      [sys.executable, '-m', 'sgpo_jax.main', '--config', 'configs/default.py',
+       '--config.dry_run=True', '--config.dry_run_device=h100-80gb',
+       '--config.train.rows_per_batch=16'], cwd=ROOT, env=env, capture_output=True, text=True,
+      timeout=600)
+  assert proc.returncode != 0
+  assert 'will not fit on h100-80gb' in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# Inputs: placeholders and missing paths name their field; nothing is written before.
+
+
+def test_placeholder_paths_are_listed_by_the_dry_run(capsys):
+  c = load_config('qwen3_0_6b_gsm8k')
+  result = dry_run.dry_run(c)
+  problems = result['inputs']
+  assert any(p.startswith("model.hf_path='/path/to/Qwen3-0.6B' is the shipped placeholder")
+             for p in problems)
+  assert any(p.startswith('tokenizer.path=') for p in problems)
+  assert any(p.startswith('data.path=') for p in problems)
+  assert 'a real run stops on these' in capsys.readouterr().out
+
+
+def test_real_run_stops_on_a_missing_path_before_writing(tmp_path):
+  from sgpo_jax import train
+  c = default_config.get_config()
+  c.model.hf_path = str(tmp_path / 'no_such_checkpoint')
+  workdir = tmp_path / 'run'
+  with pytest.raises(ValueError, match=r"model\.hf_path='.*no_such_checkpoint' does not exist; "
+                     r'set --config\.model\.hf_path'):
+    train.setup(c, str(workdir), show_progress=False)
+  assert not workdir.exists()
+  c = load_config('qwen3_0_6b_gsm8k', 'gpu=1')
+  with pytest.raises(ValueError, match='shipped placeholder') as err:
+    train.setup(c, str(workdir), show_progress=False)
+  for field in ('model.hf_path', 'tokenizer.path', 'data.path'):
+    assert field in str(err.value)
+  assert not workdir.exists()
+
+
+def test_prompt_length_histogram_by_hand():
+  counts, text = inputs_lib.prompt_length_report([3, 16, 17, 40, 64, 70], (16, 32, 64), 64)
+  assert counts == {16: 2, 32: 1, 64: 2}
+  assert '>     64       1 (longer than sampling.max_prompt_len)' in text and 'max 70' in text
+  assert np.sum(list(counts.values())) == 5
+
+
+def test_packed_train_step_and_log_prob_pass_lower_at_their_shapes():
+  c = _tiny_config()
+  c.train.packing = True
+  c.train.pack_rows = 2
+  c.train.mu = 2  # the old-policy log-prob pass
+  cfg = model_lib.ModelConfig.from_config(c.model)
+  mesh = dry_run._mesh_for(c.mesh, None)[0]
+  programs = {p.name: p for p in compiled_memory.build_programs(c, cfg, mesh)}
+  assert set(programs) == {'sampler', 'train_step', 'logprobs'}
+  packed = programs['train_step'].args[1]
+  assert packed['tokens_MxBxL'].shape[1:] == (2, c.sampling.max_prompt_len
+                                              + c.sampling.max_new_tokens)
+  for p in programs.values():
+    p.jitted.lower(*p.args)  # traces the trainer's own functions at these shapes

@@ -4,7 +4,6 @@ from run folders or trajectories files (sgpo_jax/scaling_law/calibration_set.py)
 import json
 from pathlib import Path
 
-import pytest
 
 from sgpo_jax.scaling_law import __main__ as cli
 from sgpo_jax.scaling_law.calibration import CalibrationSet

@@ -250,7 +250,6 @@ def test_pooled_shrinks_sibling_offsets_by_the_estimated_ratio(monkeypatch):
 
 
 def test_a_run_outside_its_regimes_levels_is_not_shrunk_towards_them():
-  import dataclasses
   from sgpo_jax.scaling_law.calibration import matches_regime, within_range
   # Range 0.60-0.69: margin max(1.0 * 0.09, 0.02) = 0.09 -> 0.51-0.78.
   flats = [0.60 + 0.01 * i for i in range(10)]
@@ -285,7 +284,6 @@ def test_calibrated_forecast_with_pooled_never_sees_its_run():
 
 
 def dataclass_replace(record, fraction):
-  import dataclasses
   return dataclasses.replace(record, observe_fraction=fraction)
 
 
@@ -510,7 +508,6 @@ def test_shipped_calibration_set_gives_finite_intervals_for_each_metric():
   for metric in ('eval_accuracy', 'reward_mean', 'reward_over_profile'):
     records, _ = calibration.select(metric, 0.3)
     assert len(records) >= 9, metric  # enough for a finite 90% conformal interval
-    import dataclasses
     target = dataclasses.replace(records[0], regime='', method=None)  # pool: every run
     result = calibrated_forecast(target, calibration)
     assert result.n_calibration == len(records) - 1  # the run itself is left out
@@ -599,7 +596,6 @@ def test_bound_rule_by_hand():
 def _bound_runs(late_final=0.66):
   """12 runs of one regime, 11 readings each: config 'flat' stays at its level, config
   'late' sits at the same level until step 60 and then rises to `late_final`."""
-  import dataclasses
   steps = np.arange(0, 101, 10, dtype=float)
   evals = []
   for config in ('flat', 'late'):
@@ -752,7 +748,6 @@ def test_trainer_bound_stopper_decides_once_per_fraction_at_the_first_eval_past_
       due[step] = decision.reason.split(': checkpoint ')[1].split(' ')[0]
   assert due == {60: '0.6', 75: '0.7'}
   # Each forecast sees every reading so far, the one compared included (75 is past 0.7).
-  import dataclasses
 
   from sgpo_jax.scaling_law.calibration import calibrated_forecasts, prefix_features
   steps = np.arange(0, 76, 15, dtype=float)
@@ -788,7 +783,6 @@ def test_trainer_bound_stopper_decides_once_per_fraction_at_the_first_eval_past_
 def _mixed_regime_runs():
   """20 runs of one regime, 10 seeds each of two configs: 'steady' ends where it is from step
   30 on; half the seeds of 'riser' gain 0.06 after step 70, the other half stay."""
-  import dataclasses
   steps = np.arange(0, 101, 10, dtype=float)
   runs = []
   for config in ('steady', 'riser'):
@@ -942,7 +936,6 @@ def test_config_own_rule_travels_with_the_calibration_set(tmp_path):
 def _budgeted_bound_runs():
   """`_bound_runs` in regime 'default', with training rows whose FLOPs reach the regime's
   budget at step 89.5 (the eval record still says 100 steps): the trainer projects 90."""
-  import dataclasses
   trainer = _experiment_script('scaling_law_stop_trainer')
   budget = trainer.transfer._planned_length('default')[1]
   runs = []

@@ -114,6 +114,8 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
   _choice('data.reward', d.reward, tasks.REWARDS)
   _choice('data.bad_rows', d.bad_rows, ('error', 'skip'))
   _choice('tokenizer.kind', config.tokenizer.kind, ('char', 'hf'))
+  from sgpo_jax.model import devices
+  _choice('dry_run_device', config.dry_run_device, ('',) + tuple(sorted(devices.DEVICES)))
   _choice('train.schedule', t.schedule, ('constant', 'cosine'))
   _choice('train.advantage', t.advantage, sorted(losses.ADVANTAGE_ESTIMATORS))
   _choice('train.loss_agg', t.loss_agg, sorted(losses.LOSS_AGGREGATIONS))
@@ -151,6 +153,10 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
            'sequence ratio s_i = exp(mean log ratio) moves ~1e-3 per update, so token-sized '
            'bounds never clip. Use GSPO-sized bounds (leave clip_eps_low/high unset for the '
            "paper's 3e-4 / 4e-4), or importance_level=token.")
+  _require(0 <= t.overlong_penalty_len <= s.max_new_tokens,
+           f'train.overlong_penalty_len={t.overlong_penalty_len} must be in [0, '
+           f'sampling.max_new_tokens={s.max_new_tokens}] (0 = no soft overlong penalty; DAPO '
+           'uses 4096 of 20480).')
   _check_eval_fractions(tuple(config.eval.at_budget_fractions), t.flops_budget)
   _require(0 < s.top_p <= 1, f'sampling.top_p={s.top_p} must be in (0, 1].')
   _require(s.temperature >= 0, f'sampling.temperature={s.temperature} must be >= 0 (0 = greedy).')

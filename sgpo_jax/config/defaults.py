@@ -29,6 +29,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.regime = ''  # '' = the README run; else the comparison regime (configs/regimes.py)
   c.seed = 0
   c.dry_run = False  # build abstractly, print memory/FLOPs table, exit
+  # The dry run judges memory against this device ('' = the one it runs on): h100-80gb |
+  # h200 | v5e | v4 | cpu (sgpo_jax/model/devices.py).
+  c.dry_run_device = ''
 
   # Queries. `source='arithmetic'` generates the embedded task from `seed`; other sources
   # (jsonl, parquet, tfds, hf) read files (see sgpo_jax/data/loading.py).
@@ -161,6 +164,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.kl_coef = 0.0  # 0 = no reference model kept or run
   c.train.kl_form = 'k3'  # k1 | k3
   c.train.logprob_chunk = 0  # tokens per chunk for log-probs; 0 = whole sequence
+  # DAPO's overlong handling (sgpo_jax/rl/overlong.py): completions cut at max_new_tokens
+  # leave the loss (overlong_mask), and/or a soft length penalty over the last
+  # overlong_penalty_len tokens of the budget is added to the reward (0 = off).
+  c.train.overlong_mask = False
+  c.train.overlong_penalty_len = 0
   # Packed train step: real tokens only, rows laid end to end with segment ids (same loss).
   c.train.packing = False
   c.train.pack_rows = 1  # packed rows per buffer (a scan runs over the buffers)

@@ -1,5 +1,15 @@
 """Dry run: what a config will cost before any weights exist (`config.dry_run=True`).
 
+The verdict is compiled, not estimated: `compiled_memory` lowers and compiles the run's
+own jitted programs (sampler, train step, log-prob pass) at the config's shapes on the
+present backend and reads XLA's memory analysis; each program's peak bytes per device is
+compared with the device's usable memory (the present device's allocator limit, or the
+`config.dry_run_device` table entry in `devices.py`), and `DoesNotFit` is raised with the
+settings to change (decode slots, rows per batch, micro-batches, remat, log-prob chunk)
+when one will not fit. Input paths (model.hf_path, tokenizer.path, data) are checked and
+listed (`data/inputs.py`), without stopping the dry run. The analytic table below stays as
+the breakdown (what is params, optimizer, KV cache, activations), not the verdict.
+
 Owns `dry_run(config) -> dict` (and its printed table): parameter counts, bytes per device
 for parameters, gradients, AdamW state, the sampler's KV cache and train-step activations,
 and the FLOPs of one RL step. Nothing is allocated: the model is built with
@@ -40,6 +50,9 @@ import jax
 import ml_collections
 from jax.sharding import AbstractMesh
 
+from sgpo_jax.data import inputs as inputs_lib
+from sgpo_jax.model import compiled_memory
+from sgpo_jax.model import devices as devices_lib
 from sgpo_jax.model import flops as flops_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.model import sharding as sharding_lib
@@ -87,8 +100,11 @@ def activation_bytes(cfg: model_lib.ModelConfig, rows: int, seq_len: int,
 
 
 def dry_run(config: ml_collections.ConfigDict, num_devices: int | None = None,
-            print_table: bool = True) -> dict[str, Any]:
+            print_table: bool = True, compile: bool = True) -> dict[str, Any]:
   """Memory and FLOPs of `config` without weights; see the module docstring.
+
+  compile: also lower and compile the run's programs (`compiled_memory`) and raise
+  `DoesNotFit` (after printing) when one exceeds the device's memory.
 
   num_devices: resolve a -1 mesh axis for this many devices (analytic mode); default: the
   local devices when the configured mesh fits them.
@@ -157,9 +173,58 @@ def dry_run(config: ml_collections.ConfigDict, num_devices: int | None = None,
                     'profile_per_query': float(int(config.profile.num_samples) * gen_per_row)},
       'hf_config_checked': hf_checked,
   }
+  result['inputs'] = inputs_lib.path_problems(config)
+  if compile:
+    _compile_and_judge(config, cfg, mesh, mode, batch_shards, result)
   if print_table:
     print(format_table(result))
+  failing = [n for n, m in (result.get('compiled') or {}).items() if not m['fits']]
+  if failing:
+    budget = result['device']['usable_bytes']
+    raise DoesNotFit('\n'.join(
+        [f"dry run: {', '.join(failing)} will not fit on {result['device']['name']}:"]
+        + [compiled_memory.advice(n, result['compiled'][n], budget, config, batch_shards)
+           for n in failing]))
   return result
+
+
+class DoesNotFit(RuntimeError):
+  """A program's compiled peak exceeds the device's memory; the message says what to set."""
+
+
+def device_budget(device_name: str) -> dict[str, Any]:
+  """The memory the dry run judges against: `config.dry_run_device`'s, or the present one's."""
+  backend = jax.default_backend()
+  if device_name:
+    spec = devices_lib.spec(device_name)
+    usable = devices_lib.usable_bytes(spec)
+    note = ''
+    if spec.platform == 'gpu':
+      note = (f'{device_name}: {spec.hbm_bytes / 1024**3:.1f} GiB HBM x jax\'s GPU memory '
+              f'fraction {devices_lib.gpu_memory_fraction()} (XLA_PYTHON_CLIENT_MEM_FRACTION).')
+    if spec.platform != backend:
+      note += (f' Compiled by XLA:{backend.upper()}, not the {spec.platform.upper()} compiler: '
+               'fusion and temp buffers differ, so run the dry run on the device for the '
+               'final word.')
+    return {'name': device_name, 'usable_bytes': usable, 'backend': backend,
+            'note': note.strip()}
+  label, usable = devices_lib.present_memory(jax.devices()[0])
+  return {'name': label, 'usable_bytes': usable, 'backend': backend, 'note': ''}
+
+
+def _compile_and_judge(config, cfg, mesh, mode: str, batch_shards: int,
+                       result: dict[str, Any]) -> None:
+  if mode != 'placed':
+    result['compile_skipped'] = (
+        f'the mesh {dict(mesh.shape)} needs more than the {jax.device_count()} local devices; '
+        'run on the target machine, or on CPU with XLA_FLAGS=--xla_force_host_platform_'
+        f'device_count={math.prod(dict(mesh.shape).values())} set before python starts.')
+    return
+  result['device'] = device_budget(config.get('dry_run_device', ''))
+  compiled = compiled_memory.compile_programs(config, cfg, mesh)
+  for m in compiled.values():
+    m['fits'] = m['peak'] <= result['device']['usable_bytes']
+  result['compiled'] = compiled
 
 
 def _gib(n: float) -> str:
@@ -187,4 +252,35 @@ def format_table(result: dict[str, Any]) -> str:
     lines.append(f'    {key:12s} {f[key]:14.3e}')
   lines.append(f"  FLOPs run    {result['flops_run']['rl_steps']:14.3e} (RL steps), "
                f"{result['flops_run']['profile_per_query']:.3e} per profiled query")
+  lines += format_inputs(result.get('inputs'))
+  if result.get('compiled') is not None or result.get('compile_skipped'):
+    lines += format_compiled(result)
   return '\n'.join(lines)
+
+
+def format_inputs(problems: list[str] | None) -> list[str]:
+  if problems is None:
+    return []
+  if not problems:
+    return ['  inputs       model.hf_path, tokenizer.path and data paths exist']
+  return ['  inputs (a real run stops on these; the dry run goes on)'] + [
+      f'    {p}' for p in problems]
+
+
+def format_compiled(result: dict[str, Any]) -> list[str]:
+  if result.get('compile_skipped'):
+    return [f"  compiled     skipped: {result['compile_skipped']}"]
+  dev = result['device']
+  lines = [f"  compiled on {dev['backend']} (the run's jitted programs, abstract inputs); per "
+           f"device vs {_gib(dev['usable_bytes']).strip()} usable on {dev['name']}",
+           f"    {'program':11s} {'args':>10s} {'outputs':>10s} {'temp':>10s} {'aliased':>10s} "
+           f"{'resident':>10s} {'peak':>10s}  fits"]
+  for name, m in result['compiled'].items():
+    cells = ' '.join(f'{m[k] / 1024**3:10.2f}' for k in ('argument', 'output', 'temp', 'alias',
+                                                          'resident', 'peak'))
+    lines.append(f"    {name:11s} {cells}  {'yes' if m['fits'] else 'NO'}   ({m['note']})")
+  lines.append('    (GiB; peak = args + outputs + temp - aliased + resident; resident = AdamW '
+               'moments / reference policy alive but not an argument)')
+  if dev.get('note'):
+    lines.append(f"    {dev['note']}")
+  return lines

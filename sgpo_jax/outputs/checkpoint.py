@@ -34,6 +34,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from sgpo_jax import errors
+from sgpo_jax.outputs import paths
 
 CHECKSUM_KEY = 'state_checksum'
 
@@ -113,7 +114,7 @@ def latest_step_on_disk(directory: str) -> int | None:
 class Checkpointer:
 
   def __init__(self, directory: str, keep: int = 2, async_save: bool = False):
-    self.directory = os.path.abspath(directory)
+    self.directory = paths.absolute(directory)  # gs:// stays a URL (orbax uses epath)
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
                                            enable_async_checkpointing=async_save)
     self.manager = ocp.CheckpointManager(

@@ -1,7 +1,8 @@
 """Run outputs that record numbers: metrics.jsonl, TensorBoard events, JSON files.
 
 Only process 0 writes (`sharding.is_writer`). TensorBoard event files are written with
-tensorboardX, which needs no TensorFlow. On resume, `metrics.jsonl` is cut back to the
+tensorboardX, which needs no TensorFlow. Paths may be local or remote (gs://): files go
+through `outputs/paths.py` (etils.epath). On resume, `metrics.jsonl` is cut back to the
 restored step so a run killed between checkpoints never leaves duplicate or orphan steps.
 """
 
@@ -9,12 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from typing import Any, Iterable
 
 import numpy as np
 
 from sgpo_jax.model import sharding
+from sgpo_jax.outputs import paths
 
 
 def to_jsonable(value: Any) -> Any:
@@ -37,16 +38,15 @@ def write_json(path: str, obj: Any) -> None:
   if not sharding.is_writer():
     return
   tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
-    json.dump(to_jsonable(obj), f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
+  paths.write_text(tmp, json.dumps(to_jsonable(obj), indent=2, sort_keys=True))
+  paths.replace(tmp, path)
 
 
 def read_jsonl(path: str) -> list[dict]:
-  if not os.path.exists(path):
+  if not paths.exists(path):
     return []
   rows = []
-  with open(path) as f:
+  with paths.open_file(path) as f:
     for line in f:
       line = line.strip()
       if not line:
@@ -61,12 +61,10 @@ def read_jsonl(path: str) -> list[dict]:
 def truncate_jsonl(path: str, keep) -> list[dict]:
   """Rewrites `path` keeping the rows for which keep(row) is true; returns them."""
   rows = [r for r in read_jsonl(path) if keep(r)]
-  if sharding.is_writer() and os.path.exists(path):
+  if sharding.is_writer() and paths.exists(path):
     tmp = path + '.tmp'
-    with open(tmp, 'w') as f:
-      for r in rows:
-        f.write(json.dumps(r) + '\n')
-    os.replace(tmp, path)
+    paths.write_text(tmp, ''.join(json.dumps(r) + '\n' for r in rows))
+    paths.replace(tmp, path)
   return rows
 
 
@@ -74,7 +72,7 @@ class MetricsWriter:
   """Appends one JSON line per step and mirrors scalars to TensorBoard."""
 
   def __init__(self, workdir: str, resume_step: int | None = None):
-    self.path = os.path.join(workdir, 'metrics.jsonl')
+    self.path = paths.join(workdir, 'metrics.jsonl')
     self.rows: list[dict] = []
     if resume_step is not None:
       # Process 0's rows for everyone: other hosts may not see the file, and must not read it
@@ -82,21 +80,19 @@ class MetricsWriter:
       self.rows = sharding.broadcast_from_writer(
           truncate_jsonl(self.path, lambda r: r.get('step', 0) <= resume_step)
           if sharding.is_writer() else None)
-    elif sharding.is_writer() and os.path.exists(self.path):
-      os.remove(self.path)
+    elif sharding.is_writer() and paths.exists(self.path):
+      paths.remove(self.path)
     self._tb = None
     if sharding.is_writer():
       from tensorboardX import SummaryWriter
-      self._tb = SummaryWriter(os.path.join(workdir, 'tensorboard'))
-      self._file = open(self.path, 'a')
+      self._tb = SummaryWriter(paths.join(workdir, 'tensorboard'))
 
   def write(self, row: dict) -> None:
     row = to_jsonable(row)
     self.rows.append(row)
     if not sharding.is_writer():
       return
-    self._file.write(json.dumps(row) + '\n')
-    self._file.flush()
+    paths.append_text(self.path, json.dumps(row) + '\n')
     step = int(row['step'])
     for key, value in row.items():
       if key != 'step' and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -104,14 +100,10 @@ class MetricsWriter:
 
   def close(self) -> None:
     if sharding.is_writer():
-      self._file.close()
       self._tb.close()
 
 
 def append_jsonl(path: str, rows: Iterable[dict]) -> None:
   if not sharding.is_writer():
     return
-  with open(path, 'a') as f:
-    for r in rows:
-      f.write(json.dumps(to_jsonable(r)) + '\n')
-    f.flush()
+  paths.append_text(path, ''.join(json.dumps(to_jsonable(r)) + '\n' for r in rows))

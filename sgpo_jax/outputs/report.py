@@ -6,13 +6,13 @@ Plots: p_hat and G histograms (sGPO), reward per step, eval accuracy vs cumulati
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from sgpo_jax.model import flops as flops_lib
+from sgpo_jax.outputs import paths
 
 
 def _figure(figsize):
@@ -23,12 +23,13 @@ def _figure(figsize):
 
 def _save(fig, path: str) -> None:
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  with paths.open_file(path, 'wb') as f:  # local or gs:// (outputs/paths.py)
+    fig.savefig(f, dpi=110, format='png')
 
 
 def plot_profile(workdir: str, allocation) -> None:
-  plots = os.path.join(workdir, 'plots')
-  os.makedirs(plots, exist_ok=True)
+  plots = paths.join(workdir, 'plots')
+  paths.makedirs(plots)
   fig, ax = _figure((5, 3.2))
   n_samples = allocation.n_samples
   k = int(n_samples.max()) if n_samples is not None and n_samples.size else 8
@@ -37,7 +38,7 @@ def plot_profile(workdir: str, allocation) -> None:
   ax.set_xlabel('p̂ (correct / samples) under the initial policy')
   ax.set_ylabel('queries')
   ax.set_title(f'Profile of {allocation.n_queries} training queries')
-  _save(fig, os.path.join(plots, 'p_hat_histogram.png'))
+  _save(fig, paths.join(plots, 'p_hat_histogram.png'))
 
   fig, ax = _figure((5, 3.2))
   labels = ['dropped'] + [f'G={g}' for g in sorted(set(allocation.group_size.tolist()) - {0})]
@@ -46,12 +47,12 @@ def plot_profile(workdir: str, allocation) -> None:
   ax.bar(labels, values, color=['tab:gray'] + ['tab:green'] * (len(labels) - 1))
   ax.set_ylabel('queries')
   ax.set_title('Group size per query (sGPO allocation)')
-  _save(fig, os.path.join(plots, 'group_size_histogram.png'))
+  _save(fig, paths.join(plots, 'group_size_histogram.png'))
 
 
 def plot_curves(workdir: str, rows: list[dict]) -> None:
-  plots = os.path.join(workdir, 'plots')
-  os.makedirs(plots, exist_ok=True)
+  plots = paths.join(workdir, 'plots')
+  paths.makedirs(plots)
   steps = [r for r in rows if 'reward_mean' in r]
   if steps:
     fig, ax = _figure((6, 3.5))
@@ -61,7 +62,7 @@ def plot_curves(workdir: str, rows: list[dict]) -> None:
     ax.set_xlabel('RL step')
     ax.legend()
     ax.set_title('Training reward per step')
-    _save(fig, os.path.join(plots, 'reward_per_step.png'))
+    _save(fig, paths.join(plots, 'reward_per_step.png'))
   evals = [r for r in rows if 'eval_accuracy' in r]
   if evals:
     fig, ax = _figure((6, 3.5))
@@ -74,7 +75,7 @@ def plot_curves(workdir: str, rows: list[dict]) -> None:
     ax.set_xlabel('cumulative FLOPs (profiling + rollouts + training)')
     ax.set_ylabel('held-out greedy accuracy')
     ax.set_title('Eval accuracy vs compute')
-    _save(fig, os.path.join(plots, 'eval_accuracy_vs_flops.png'))
+    _save(fig, paths.join(plots, 'eval_accuracy_vs_flops.png'))
 
 
 def _fmt(x: float) -> str:
@@ -124,5 +125,4 @@ def write_report(workdir: str, summary: dict[str, Any], rows: list[dict], alloca
     lines += [f"Stopped: {summary['stop_reason']}.", '']
   lines += ['## Curves', '', '![eval vs flops](plots/eval_accuracy_vs_flops.png)',
             '![reward](plots/reward_per_step.png)', '']
-  with open(os.path.join(workdir, 'report.md'), 'w') as fh:
-    fh.write('\n'.join(lines))
+  paths.write_text(paths.join(workdir, 'report.md'), '\n'.join(lines))

@@ -1,1 +1,1 @@
-"""Learning from rollouts: policy losses and advantages (`losses.py`), the jitted train step (`learner.py`), sequence packing for the train step (`sequence_packing.py`) and the SFT warm start (`warm_start.py`, shipped starts in `warm_starts/`)."""
+"""Learning from rollouts: policy losses and advantages (`losses.py`), the jitted train step (`learner.py`), sequence packing for the train step (`sequence_packing.py`), DAPO's overlong mask and penalty (`overlong.py`) and the SFT warm start (`warm_start.py`, shipped starts in `warm_starts/`)."""

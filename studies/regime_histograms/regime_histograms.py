@@ -38,7 +38,7 @@ from sgpo_jax.outputs import metrics as metrics_lib  # noqa: E402
 from sgpo_jax.generate import profiling as profile_lib  # noqa: E402
 
 RESULTS = os.path.dirname(os.path.abspath(__file__))
-regimes = load_config_module(os.path.join(REPO, 'configs', 'regimes.py'))
+regime_configs = load_config_module(os.path.join(REPO, 'configs', 'regimes.py'))
 
 
 def pool_profile(n_correct_Q: np.ndarray, n_samples_Q: np.ndarray, difficulty_Q: np.ndarray,
@@ -62,7 +62,7 @@ def pool_profile(n_correct_Q: np.ndarray, n_samples_Q: np.ndarray, difficulty_Q:
 
 
 def regime_config(regime: str, cache_dir: str, overrides: dict[str, Any] | None = None):
-  config = regimes.get_config(f'regime={regime}')
+  config = regime_configs.get_config(f'regime={regime}')
   config.warm_start.cache_dir = cache_dir
   for key, value in (overrides or {}).items():
     section, field = key.split('.')
@@ -198,7 +198,7 @@ def sft_probe(regime: str, every: int, pool_limit: int, steps: int = 0, lr: floa
   from sgpo_jax.data import tokenizer as tokenizer_lib
   from sgpo_jax.rl import warm_start as ws
   from sgpo_jax.generate.sampler import Sampler
-  config = regimes.get_config(f'regime={regime}')
+  config = regime_configs.get_config(f'regime={regime}')
   if steps:
     config.warm_start.steps = steps
   if lr:
@@ -267,7 +267,7 @@ def save_snapshot(config, params, step: int, cache_root: str, seconds: float) ->
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--regimes', default=','.join(regimes.REGIMES))
+  parser.add_argument('--regimes', default=','.join(regime_configs.REGIMES))
   parser.add_argument('--cache-dir', default=os.path.join(REPO, 'runs', 'warm_start'),
                       help='shared warm-start cache (the comparison runs reuse it)')
   parser.add_argument('--runs-dir', default=os.path.join(REPO, 'runs', 'regime_histograms'))
@@ -301,12 +301,12 @@ def main() -> None:
     r = profile_regime(regime, args.cache_dir, args.runs_dir, overrides)
     r['overrides'] = {k: str(v) for k, v in overrides.items()}
     r['command'] = command
-    r['trivial_threshold'] = regimes.get_config(f'regime={regime}').sgpo.trivial_threshold
+    r['trivial_threshold'] = regime_configs.get_config(f'regime={regime}').sgpo.trivial_threshold
     results['regimes'][regime] = r
     print(f"{regime}: trivial {r['trivial_fraction']:.3f} unsolved {r['unsolved_fraction']:.3f} "
           f"hist {r['histogram']} eval {r['eval_accuracy']:.3f} GRPO epochs "
           f"{r['grpo_epochs_in_budget']:.2f}", flush=True)
-  order = [r for r in regimes.REGIMES if r in results['regimes']]
+  order = [r for r in regime_configs.REGIMES if r in results['regimes']]
   results['regimes'] = {r: results['regimes'][r] for r in order}
   for r in results['regimes'].values():  # entries written before commands were kept per regime
     r.setdefault('command', results.get('command', ''))

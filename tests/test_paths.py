@@ -1,0 +1,146 @@
+"""Run outputs through etils.epath: local folders and gs:// workdirs.
+
+The gs:// branch runs against fsspec's in-memory filesystem registered as `gs` (what
+gcsfs provides on a TPU VM), and TensorBoard's gs writer is swapped for one writing
+through epath; a missing backend is simulated by making its import fail.
+"""
+
+import json
+import sys
+
+import fsspec
+import numpy as np
+import pytest
+from etils import epath
+from fsspec.implementations.memory import MemoryFileSystem
+
+from sgpo_jax import train
+from sgpo_jax.config import defaults
+from sgpo_jax.data import tokenizer as tokenizer_lib
+from sgpo_jax.outputs import metrics as metrics_lib
+from sgpo_jax.outputs import paths
+from sgpo_jax.outputs import report as report_lib
+
+
+class _FakeGCS(MemoryFileSystem):
+  protocol = ('gs', 'gcs')
+  root_marker = ''
+
+  def __init__(self, *args, finalize_on_close=False, **kwargs):
+    super().__init__(*args, **kwargs)
+
+
+class _EpathRecordWriter:
+  """tensorboardX's record writer protocol (write / flush / close) over epath."""
+
+  def __init__(self, path):
+    self.path, self.data = epath.Path(path), b''
+
+  def write(self, value):
+    self.data += value
+
+  def flush(self):
+    self.path.write_bytes(self.data)
+
+  def close(self):
+    self.flush()
+
+
+class _EpathWriterFactory:
+  def open(self, path):
+    return _EpathRecordWriter(path)
+
+  def directory_check(self, path):
+    pass
+
+
+@pytest.fixture
+def fake_gcs(monkeypatch):
+  for name in ('gs', 'gcs'):
+    fsspec.register_implementation(name, _FakeGCS, clobber=True)
+  from tensorboardX import record_writer
+  monkeypatch.setitem(record_writer.REGISTERED_FACTORIES, 'gs', _EpathWriterFactory())
+  MemoryFileSystem.store.clear()
+  yield 'gs://bucket/runs/r1'
+  MemoryFileSystem.store.clear()
+
+
+def test_scheme_join_absolute():
+  assert paths.scheme('gs://b/x') == 'gs' and paths.scheme('/tmp/x') == ''
+  assert paths.join('gs://b/run', 'metrics.jsonl') == 'gs://b/run/metrics.jsonl'
+  assert paths.absolute('gs://b/run') == 'gs://b/run'  # os.path.abspath would give .../gs:/b
+
+
+def test_missing_gcs_backend_is_one_line_at_startup(tmp_path, monkeypatch):
+  for module in ('gcsfs', 'tensorflow'):  # an import of either now fails
+    monkeypatch.setitem(sys.modules, module, None)
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(ValueError, match=r'needs a gs:// backend.*pip install -e \.\[gcs\]') as err:
+    paths.check_workdir('gs://bucket/run')
+  assert '\n' not in str(err.value)
+  paths.check_workdir(str(tmp_path / 'local'))  # local: nothing needed
+  with pytest.raises(ValueError, match='pip install'):
+    train.setup(defaults.get_config(), 'gs://bucket/run', show_progress=False)
+  assert not (tmp_path / 'gs:').exists()  # no local folder named after the scheme
+
+
+def test_remote_workdir_with_a_local_warm_start_needs_a_cache_dir(monkeypatch):
+  monkeypatch.setattr(paths, '_module_available', lambda name: True)
+  config = defaults.get_config()  # arithmetic: warm start built under the workdir
+  with pytest.raises(ValueError, match='warm_start.cache_dir'):
+    paths.check_workdir('gs://bucket/run', config)
+  config.warm_start.cache_dir = '/tmp/ws'
+  paths.check_workdir('gs://bucket/run', config)
+
+
+@pytest.mark.parametrize('remote', [False, True])
+def test_metrics_json_and_resume_truncation(remote, tmp_path, fake_gcs):
+  workdir = fake_gcs if remote else str(tmp_path / 'run')
+  paths.makedirs(workdir)
+  writer = metrics_lib.MetricsWriter(workdir)
+  for step in range(1, 5):
+    writer.write({'step': step, 'loss': 1.0 / step, 'x': np.float32(2.0)})
+  writer.close()
+  path = paths.join(workdir, 'metrics.jsonl')
+  assert [r['step'] for r in metrics_lib.read_jsonl(path)] == [1, 2, 3, 4]
+  # A resume at step 2 cuts the later rows, then appends after them.
+  writer = metrics_lib.MetricsWriter(workdir, resume_step=2)
+  writer.write({'step': 3, 'loss': 0.5})
+  writer.close()
+  assert [(r['step'], r['loss']) for r in metrics_lib.read_jsonl(path)] == [
+      (1, 1.0), (2, 0.5), (3, 0.5)]
+  metrics_lib.write_json(paths.join(workdir, 'summary.json'), {'a': np.int64(3)})
+  assert json.loads(epath.Path(paths.join(workdir, 'summary.json')).read_text()) == {'a': 3}
+  assert not paths.exists(paths.join(workdir, 'summary.json.tmp'))
+  events = list(epath.Path(paths.join(workdir, 'tensorboard')).iterdir())
+  assert events and all(e.read_bytes() for e in events)
+
+
+@pytest.mark.parametrize('remote', [False, True])
+def test_report_plots_and_tokenizer(remote, tmp_path, fake_gcs):
+  workdir = fake_gcs if remote else str(tmp_path / 'run')
+  paths.makedirs(workdir)
+  rows = [{'step': s, 'reward_mean': 0.1 * s, 'flops_total': 1e9 * s,
+           'eval_accuracy': 0.2, 'eval_accuracy_se': 0.01} for s in range(1, 4)]
+  summary = {'method': 'grpo', 'seed': 0, 'steps': 3, 'wall_seconds': 1.0,
+             'eval_accuracy_initial': 0.1, 'eval_accuracy_final': 0.2,
+             'flops': {'total': 3e9, 'useful_total': 2e9, 'eval': 1e8, 'rollout': 1e9,
+                       'train': 2e9},
+             'padding_fraction': 0.0, 'compiles': {'train_step': 1, 'sampler': 1}}
+  report_lib.write_report(workdir, summary, rows, None)
+  report = epath.Path(paths.join(workdir, 'report.md')).read_text()
+  assert report.startswith('# Run report: grpo (seed 0)')
+  png = epath.Path(paths.join(workdir, 'plots', 'eval_accuracy_vs_flops.png')).read_bytes()
+  assert png[:8] == b'\x89PNG\r\n\x1a\n'
+  tok = tokenizer_lib.CharTokenizer()
+  paths.save_tokenizer(tok, paths.join(workdir, 'tokenizer'))
+  if remote:
+    local = tmp_path / 'tok'
+    local.mkdir()
+    for f in epath.Path(paths.join(workdir, 'tokenizer')).iterdir():
+      (local / f.name).write_bytes(f.read_bytes())
+    loaded = tokenizer_lib.load_saved_tokenizer(str(local))
+  else:
+    loaded = tokenizer_lib.load_saved_tokenizer(paths.join(workdir, 'tokenizer'))
+  assert loaded.encode('12+3=') == tok.encode('12+3=')
+
