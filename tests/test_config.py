@@ -280,6 +280,11 @@ INTENDED_CHANGES = {
     # DEFAULT_CLIP_BOUNDS), so GSPO and CISPO no longer inherit PPO's 0.2 / 0.28.
     'train.clip_eps_low': None,
     'train.clip_eps_high': None,
+    # New fields, off by default: the dry run's target device ('' = the present one) and
+    # DAPO's overlong handling.
+    'dry_run_device': '',
+    'train.overlong_mask': False,
+    'train.overlong_penalty_len': 0,
 }
 
 
@@ -291,8 +296,7 @@ def _with_intended_changes(values, types):
     node = values
     for part in path:
       node = node[part]
-    if leaf in node:
-      node[leaf] = value
-      types[key] = type(value).__name__
+    node[leaf] = value
+    types[key] = type(value).__name__
   return values, types
 

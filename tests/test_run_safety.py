@@ -536,8 +536,10 @@ def test_command_errors_are_one_line(tmp_path, args, expected):
   assert 'Traceback' not in result.stderr
   assert result.returncode == 2
   if expected is None:  # a missing data file: its path and the field to fix
-    assert lines[0] == ("error: data path '/no/such/file.jsonl' does not exist; set data.path / "
-                        'data.eval_path to a local file or directory')
+    assert lines[0] == ("error: the run's inputs are not there (nothing was computed or "
+                        "written): data.path='/no/such/file.jsonl' does not exist; set "
+                        '--config.data.path=/local/dir to the jsonl file or directory of the '
+                        'split.')
   else:
     assert lines[0] == expected
   verbose = run_main(str(tmp_path / 'run2'), *args, env={'SGPO_VERBOSE': '1'})
