@@ -24,11 +24,10 @@ Launch:
   # one 80-141 GB GPU: 128 rows per batch
   python -m sgpo_jax.main --config configs/llama3_2_3b_gsm8k.py:gpu=1,method=grpo ...
 
-Memory (from `sgpo_jax/model/dry_run.py`): params f32 12 GiB in total. Per v5e-8 chip: 1.5 GiB
-params, 1.5 GiB grads, 3.0 GiB AdamW, 5.25 GiB KV cache for 256 rows x 1536 tokens,
-activations with remat ~1.9 GiB at 2 rows per chip per micro-batch; peak 9.7 GiB. One GPU
-(`gpu=1`: 128 rows, 8 micro-batches): 48 GiB params + grads + AdamW, 21 GiB KV cache,
-~15 GiB activations; peak 63 GiB (an 80 GB GPU).
+Memory: `--config.dry_run=True` compiles this config's sampler, train step and log-prob
+pass at its real shapes (no weights) and prints each one's peak bytes per device against
+the device (`--config.dry_run_device=h100-80gb|h200|v5e|v4` from another machine); it exits
+non-zero with the settings to change when one does not fit.
 
 Variants (`configs/llama3_2_3b_gsm8k.py:method=grpo,gpu=1,instruct=1,loss=gspo`):
   method=sgpo|grpo|dapo, gpu=1, loss=ppo|gspo|cispo   as in `configs/qwen3_0_6b_gsm8k.py`

@@ -22,10 +22,10 @@ Launch:
       --workdir gs://bucket/runs/q15_math_dapo
   one 80-140 GB GPU: append `,gpu=1` to the config argument.
 
-Memory (dry run, per v5e-8 chip): ~2.9 GiB params/grads/AdamW, 3.1 GiB KV cache for
-256 rows x 3584 tokens, activations ~1.7 GiB with remat and 1 row per chip per micro-batch.
-Qwen2.5-Math-1.5B supports 4096 positions, so prompt + completion stays at 3584.
-"""
+Memory: `--config.dry_run=True` compiles this config's sampler, train step and log-prob
+pass at its real shapes (no weights) and prints each one's peak bytes per device against
+the device (`--config.dry_run_device=h100-80gb|h200|v5e|v4` from another machine); it exits
+non-zero with the settings to change when one does not fit.
 
 import importlib.util
 import os

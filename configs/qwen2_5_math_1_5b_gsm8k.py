@@ -22,11 +22,10 @@ Launch:
   # one 80-140 GB GPU: `:gpu=1` (mesh 1x1x1, 8 micro-batches); or --config.method=grpo
   python -m sgpo_jax.main --config configs/qwen2_5_math_1_5b_gsm8k.py:gpu=1,method=grpo ...
 
-Memory (from `sgpo_jax/model/dry_run.py`, per device): params f32 5.8 GiB in total, so on v5e-8
-params + grads + AdamW are ~2.9 GiB per chip; the sampler's KV cache for 256 rows x 1536
-tokens is 1.3 GiB per chip; activations with remat and 2 rows per chip per micro-batch are
-~1.4 GiB. On one GPU: ~23 GiB for params/grads/AdamW, 10.5 GiB KV cache, activations set
-by micro_batches (8 -> 32 rows, ~22 GiB). Run the dry run for exact numbers after changes.
+Memory: `--config.dry_run=True` compiles this config's sampler, train step and log-prob
+pass at its real shapes (no weights) and prints each one's peak bytes per device against
+the device (`--config.dry_run_device=h100-80gb|h200|v5e|v4` from another machine); it exits
+non-zero with the settings to change when one does not fit.
 
 Parameter dtype: float32 master weights, bfloat16 compute. RL learning rates (1e-6) give
 updates far below bfloat16's 2^-8 relative precision, so bf16 weights would round most

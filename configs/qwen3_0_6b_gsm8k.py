@@ -24,12 +24,10 @@ Launch:
   # one GPU, GRPO with GSPO's sequence-level ratio
   python -m sgpo_jax.main --config configs/qwen3_0_6b_gsm8k.py:gpu=1,method=grpo,loss=gspo ...
 
-Memory (from `sgpo_jax/model/dry_run.py`): params f32 2.2 GiB in total. Per v5e-8 chip:
-0.28 GiB params, the same for grads, 0.56 GiB AdamW; the sampler's KV cache for 256 rows x
-1536 tokens (28 layers x 8 KV heads x 128, bf16) is 5.25 GiB; activations with remat at 4
-rows per chip per micro-batch ~2.6 GiB; peak 6.1 GiB. One GPU (`gpu=1`): 8.9 GiB params +
-grads + AdamW, 42 GiB KV cache, ~20 GiB activations at 32 rows per micro-batch; peak 49 GiB.
-Run the dry run for exact numbers after changes.
+Memory: `--config.dry_run=True` compiles this config's sampler, train step and log-prob
+pass at its real shapes (no weights) and prints each one's peak bytes per device against
+the device (`--config.dry_run_device=h100-80gb|h200|v5e|v4` from another machine); it exits
+non-zero with the settings to change when one does not fit.
 
 Variants (`configs/qwen3_0_6b_gsm8k.py:method=grpo,gpu=1,loss=cispo,thinking=1`):
   method=sgpo|grpo|dapo   allocator

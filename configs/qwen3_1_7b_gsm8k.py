@@ -14,10 +14,10 @@ Launch:
       --config.data.path=/data/gsm8k --workdir gs://bucket/runs/qwen3_17b_gsm8k_sgpo
   python -m sgpo_jax.main --config configs/qwen3_1_7b_gsm8k.py:gpu=1,loss=cispo ...
 
-Memory (from `sgpo_jax/model/dry_run.py`): per v5e-8 chip 0.8 GiB params, 0.8 GiB grads, 1.6 GiB
-AdamW, 5.25 GiB KV cache for 256 rows x 1536 tokens, activations with remat ~1.5 GiB at 2
-rows per chip per micro-batch; peak 7.7 GiB. One GPU (`gpu=1`, 8 micro-batches of 32 rows):
-25.6 GiB params + grads + AdamW, 42 GiB KV cache; peak 61 GiB.
+Memory: `--config.dry_run=True` compiles this config's sampler, train step and log-prob
+pass at its real shapes (no weights) and prints each one's peak bytes per device against
+the device (`--config.dry_run_device=h100-80gb|h200|v5e|v4` from another machine); it exits
+non-zero with the settings to change when one does not fit.
 
 Variants: as `configs/qwen3_0_6b_gsm8k.py` (method, gpu, loss, thinking).
 """
