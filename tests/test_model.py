@@ -116,13 +116,13 @@ def test_gqa_equals_mha_with_repeated_kv_heads():
   mha_cfg = tiny_config(n_kv_heads=4)
   gqa_params = params_for(gqa_cfg)
   groups = gqa_cfg.n_heads // gqa_cfg.n_kv_heads
-  assert gqa_params['layers_0']['attn']['k']['kernel'].shape == (32, 2, 8)
-  assert gqa_params['layers_0']['attn']['q']['kernel'].shape == (32, 4, 8)
+  assert gqa_params['layers']['attn']['k']['kernel'].shape[1:] == (32, 2, 8)
+  assert gqa_params['layers']['attn']['q']['kernel'].shape[1:] == (32, 4, 8)
   # HF repeat_kv convention: query head h reads KV head h // groups.
   mha_params = jax.tree_util.tree_map_with_path(
-      lambda path, x: jnp.repeat(x, groups, axis=1)
+      lambda path, x: jnp.repeat(x, groups, axis=2)  # [L, D, K, E]
       if any(getattr(k, 'key', None) in ('k', 'v') for k in path) else x, gqa_params)
-  assert mha_params['layers_0']['attn']['k']['kernel'].shape == (32, 4, 8)
+  assert mha_params['layers']['attn']['k']['kernel'].shape[1:] == (32, 4, 8)
   tokens_BxT = random_tokens(9, (2, 9), 16)
   tokens_BxT, mask_BxT = left_pad([tokens_BxT[0], tokens_BxT[1, :5]], 9)
   gqa_BxTxV = np.asarray(forward_fn(gqa_cfg)(gqa_params, tokens_BxT, mask_BxT))
@@ -175,17 +175,17 @@ def test_tied_and_untied_param_trees():
 def test_qkv_bias_params_present_and_used():
   cfg = tiny_config(qkv_bias=True)
   params = params_for(cfg)
-  attn = params['layers_0']['attn']
-  assert attn['q']['bias'].shape == (4, 8)
-  assert attn['k']['bias'].shape == (2, 8)
-  assert attn['v']['bias'].shape == (2, 8)
+  attn = params['layers']['attn']  # stacked layers: [L, ...]
+  assert attn['q']['bias'].shape[1:] == (4, 8)
+  assert attn['k']['bias'].shape[1:] == (2, 8)
+  assert attn['v']['bias'].shape[1:] == (2, 8)
   assert 'bias' not in attn['o']
-  assert 'bias' not in params_for(tiny_config(qkv_bias=False))['layers_0']['attn']['q']
+  assert 'bias' not in params_for(tiny_config(qkv_bias=False))['layers']['attn']['q']
   tokens_BxT = random_tokens(12, (1, 6), 16)
   mask_BxT = np.ones_like(tokens_BxT)
   fwd = forward_fn(cfg)
   biased = jax.tree.map(lambda x: x, params)
-  biased['layers_0']['attn']['v']['bias'] = jnp.full((2, 8), 0.5)
+  biased['layers']['attn']['v']['bias'] = attn['v']['bias'].at[0].set(0.5)
   assert np.abs(np.asarray(fwd(biased, tokens_BxT, mask_BxT))
                 - np.asarray(fwd(params, tokens_BxT, mask_BxT))).max() > 1e-3
 
@@ -193,15 +193,15 @@ def test_qkv_bias_params_present_and_used():
 def test_qk_norm_params_present_and_used():
   cfg = tiny_config(qk_norm=True, head_dim=12)
   params = params_for(cfg)
-  attn = params['layers_0']['attn']
-  assert attn['q_norm']['scale'].shape == (12,) and attn['k_norm']['scale'].shape == (12,)
-  assert attn['q']['kernel'].shape == (32, 4, 12)
-  assert 'q_norm' not in params_for(tiny_config(head_dim=12))['layers_0']['attn']
+  attn = params['layers']['attn']
+  assert attn['q_norm']['scale'].shape[1:] == (12,) and attn['k_norm']['scale'].shape[1:] == (12,)
+  assert attn['q']['kernel'].shape[1:] == (32, 4, 12)
+  assert 'q_norm' not in params_for(tiny_config(head_dim=12))['layers']['attn']
   tokens_BxT = random_tokens(12, (1, 6), 16)
   mask_BxT = np.ones_like(tokens_BxT)
   fwd = forward_fn(cfg)
   scaled = jax.tree.map(lambda x: x, params)
-  scaled['layers_0']['attn']['k_norm']['scale'] = attn['k_norm']['scale'] * 2.0
+  scaled['layers']['attn']['k_norm']['scale'] = attn['k_norm']['scale'].at[0].multiply(2.0)
   assert np.abs(np.asarray(fwd(scaled, tokens_BxT, mask_BxT))
                 - np.asarray(fwd(params, tokens_BxT, mask_BxT))).max() > 1e-3
 
@@ -263,7 +263,7 @@ def test_remat_same_logits_and_grads(cfg, params):
   np.testing.assert_allclose(remat_loss, loss, rtol=1e-6)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5),
                remat_grads, grads)
-  assert float(jnp.abs(grads['layers_0']['attn']['q']['kernel']).max()) > 0
+  assert float(jnp.abs(grads['layers']['attn']['q']['kernel'][0]).max()) > 0
 
 
 def test_positions_from_mask_counts_real_tokens_only():

@@ -101,6 +101,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.dtype = 'float32'  # compute dtype
   c.model.param_dtype = 'float32'
   c.model.remat = False
+  # Attention kernel (sgpo_jax/model/attention.py): chunked online softmax | full | dot_product.
+  c.model.attention_impl = 'chunked'
+  c.model.attention_q_chunk = 128  # chunked: queries per block
+  c.model.attention_kv_chunk = 512  # chunked: keys per block
   c.model.init_std = 0.02
   c.model.hf_path = ''  # local HF checkpoint to start from (sgpo_jax/model/hf.py)
 
