@@ -291,3 +291,70 @@ def test_validate_accepts_good_configs():
   tiny_config().validate()
   tiny_config(n_kv_heads=4, dtype='bfloat16').validate()
   tiny_config(n_kv_heads=1).validate()
+
+
+def _attention_inputs(seed, b=2, t=37, s=53, h=4, k=2, e=8):
+  rng = np.random.default_rng(seed)
+  q = jnp.asarray(rng.normal(size=(b, t, h, e)), jnp.float32)
+  kv = [jnp.asarray(rng.normal(size=(b, s, k, e)), jnp.float32) for _ in range(2)]
+  return q, kv[0], kv[1]
+
+
+@pytest.mark.parametrize('case', ['cache_offset', 'packed'])
+def test_chunked_attention_matches_full(case):
+  """Online softmax over 8 x 16 blocks (ragged last blocks) == full softmax, outputs and
+  gradients: GQA (4 query heads, 2 KV heads), left padding, queries at cache offset 16 of 53
+  key slots; and packed rows (segment ids, segment 0 = padding) without a cache."""
+  from sgpo_jax.model import attention
+  if case == 'cache_offset':
+    q, k, v = _attention_inputs(0)
+    q_slot = jnp.broadcast_to(16 + jnp.arange(37), (2, 37))
+    kv_valid = jnp.arange(53)[None, :] >= jnp.array([[0], [11]])  # row 1: 11 padding slots
+    seg = None
+  else:
+    q, k, v = _attention_inputs(1, t=40, s=40)
+    q_slot = jnp.broadcast_to(jnp.arange(40), (2, 40))
+    kv_valid = jnp.ones((2, 40), bool)
+    seg = jnp.asarray(np.repeat([[1, 2, 2, 3, 0], [4, 4, 5, 5, 5]], 8, axis=1))
+
+  def run(impl, q, k, v):
+    return attention.attend(q, k, v, q_slot, kv_valid, seg, seg, impl=impl, q_chunk=8,
+                            kv_chunk=16)
+  full = run('full', q, k, v)
+  chunked = run('chunked', q, k, v)
+  visible = attention.visible_BxTxS(q_slot, kv_valid, seg, seg).any(-1)  # rows with any key
+  np.testing.assert_allclose(np.asarray(chunked)[visible], np.asarray(full)[visible], atol=2e-6)
+  weights = jnp.asarray(np.random.default_rng(2).normal(size=full.shape)) * visible[..., None,
+                                                                                    None]
+  loss = lambda impl: lambda *x: jnp.sum(run(impl, *x) * weights)  # noqa: E731
+  grads_full = jax.grad(loss('full'), argnums=(0, 1, 2))(q, k, v)
+  grads_chunked = jax.grad(loss('chunked'), argnums=(0, 1, 2))(q, k, v)
+  for a, b in zip(grads_chunked, grads_full):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+  # dot_product (XLA here) agrees too.
+  np.testing.assert_allclose(np.asarray(run('dot_product', q, k, v))[visible],
+                             np.asarray(full)[visible], atol=2e-6)
+
+
+def test_chunked_prefill_and_decode_match_full_attention_model(cfg, params):
+  """The whole model with tiny attention blocks (prefill 9 tokens in 2 x 4 blocks into a
+  12-slot cache, then decode) matches the full-softmax model's full forward."""
+  small = dataclasses.replace(cfg, attention_q_chunk=2, attention_kv_chunk=4)
+  tokens_BxT = random_tokens(21, (2, 12), cfg.vocab_size)
+  tokens_BxT, mask_BxT = left_pad([tokens_BxT[0], tokens_BxT[1, :7]], 12)
+  want = np.asarray(forward_fn(dataclasses.replace(cfg, attention_impl='full'))(
+      params, tokens_BxT, mask_BxT))
+  got = np.asarray(forward_fn(small)(params, tokens_BxT, mask_BxT))
+  np.testing.assert_allclose(got[0], want[0], atol=ATOL)
+  np.testing.assert_allclose(got[1, 5:], want[1, 5:], atol=ATOL)
+  model = model_lib.Transformer(small)
+  positions = model_lib.positions_from_mask(mask_BxT)
+  cache = model_lib.init_cache(small, 2, 12)
+  hidden, cache = model.apply({'params': params}, tokens_BxT[:, :9], positions[:, :9],
+                              mask_BxT.astype(bool), cache, 0)
+  steps = [model_lib.logits_from_hidden(params, small, hidden)[:, -1]]
+  for i in range(9, 11):
+    hidden, cache = model.apply({'params': params}, tokens_BxT[:, i:i + 1], positions[:, i:i + 1],
+                                mask_BxT.astype(bool), cache, i)
+    steps.append(model_lib.logits_from_hidden(params, small, hidden)[:, 0])
+  np.testing.assert_allclose(np.stack(steps, 1), want[:, 8:11], atol=ATOL)
