@@ -120,6 +120,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sampling.temperature = 1.0
   c.sampling.top_p = 1.0
   c.sampling.top_k = 0  # 0 = off
+  # Weights (and compute) of generation: auto = bfloat16 on GPU/TPU, float32 on CPU; the
+  # optimizer keeps float32 masters (sgpo_jax/generate/sampling_dtype.py).
+  c.sampling.param_dtype = 'auto'
   # static: one batch runs until its longest row stops; continuous: `decode_slots` slots that
   # take the next prompt as soon as their row stops (same completions per row id).
   c.sampling.engine = 'static'  # static | continuous (profiling, rollouts and eval)
