@@ -68,6 +68,9 @@ class ModelConfig:
   attention_impl: str = 'chunked'  # chunked | full | dot_product (model/attention.py)
   attention_q_chunk: int = 128  # chunked: queries per block
   attention_kv_chunk: int = 512  # chunked: keys per block
+  # Layers per iteration of the layer scan; n_layers = straight-line code (longer compiles;
+  # XLA's cost analysis counts a loop body once, so FLOPs cross-checks unroll fully).
+  scan_unroll: int = 1
   init_std: float = 0.02
 
   @classmethod
@@ -96,6 +99,9 @@ class ModelConfig:
     if self.attention_impl not in attention_lib.ATTENTION_IMPLS:
       raise ValueError(f'model.attention_impl={self.attention_impl!r} is unknown; use one of '
                        f'{attention_lib.ATTENTION_IMPLS}.')
+    if self.scan_unroll < 1:
+      raise ValueError(f'model.scan_unroll={self.scan_unroll} must be >= 1 (1 = a loop over '
+                       f'layers, {self.n_layers} = fully unrolled).')
     if min(self.attention_q_chunk, self.attention_kv_chunk) < 1:
       raise ValueError(f'model.attention_q_chunk={self.attention_q_chunk} and '
                        f'model.attention_kv_chunk={self.attention_kv_chunk} must be >= 1.')
@@ -322,7 +328,7 @@ class Transformer(nn.Module):
       block_cls = nn.remat(Block, prevent_cse=False)
     layers = nn.scan(
         block_cls, variable_axes={'params': 0}, split_rngs={'params': True},
-        in_axes=(nn.broadcast, nn.broadcast), length=cfg.n_layers,
+        in_axes=(nn.broadcast, nn.broadcast), length=cfg.n_layers, unroll=cfg.scan_unroll,
         metadata_params={nn.PARTITION_NAME: 'layers'})(cfg, name=LAYERS)
     (x_BxTxD, cache, _), _ = layers((x_BxTxD, cache, jnp.int32(0)), positions_BxT, mask_info)
     hidden_BxTxD = RMSNorm(cfg.rms_eps, dtype, pdtype, name='final_norm')(x_BxTxD)
