@@ -17,9 +17,14 @@ Figures (memory from XLA's compiled `memory_analysis()`, nothing allocated for t
   1024 new tokens.
 - prefill_peak_bytes: temp bytes of one compiled prefill forward (T = 512 into a 1536-slot
   cache) at `--mem_rows` rows.
-- compile_s_28_over_4 (train step and sampler): compile seconds at 28 layers over 4 layers.
+- compile_s_28_over_4 (train step and sampler): compile seconds at 28 layers over 4 layers
+  (after one throwaway compile, so backend start-up is not counted).
+The sides run one after the other: throughput ratios are only as good as the machine's
+quiet; their load averages are printed.
 - decode_tokens_per_s: generated tokens per second of the static sampler (`--run_layers`
   layers, `--run_rows` rows, prompt 64, `--new_tokens` new tokens), median of 3 after warm-up.
+- decode_tokens_per_s_bfloat16 (trees with sampling.param_dtype): the same on a bfloat16
+  copy of the weights with bfloat16 compute.
 - train_tokens_per_s: tokens per second of a jitted AdamW step on a token loss (rows x 256).
 """
 
@@ -157,15 +162,12 @@ def compile_seconds(model_lib, layers, rows=2, seq=256, prompt_len=64, new_token
   return {'train_compile_s': train_s, 'sampler_compile_s': time.perf_counter() - start}
 
 
-def throughput(model_lib, layers, rows, new_tokens, train_rows=2, train_seq=256,
-               prompt_len=64):
+def decode_rate(model_lib, cfg, params, rows, new_tokens, prompt_len=64) -> float:
+  """Generated tokens per second of the static sampler, median of 3 calls after a warm-up."""
   import jax
   import numpy as np
-  cfg = _model_cfg(model_lib, layers)
-  params = model_lib.init_params(cfg, jax.random.key(0))
   sampler = _sampler(cfg, rows, prompt_len, new_tokens)
-  rng = np.random.default_rng(0)
-  prompts = rng.integers(3, 1000, (rows, prompt_len)).astype(np.int32)
+  prompts = np.random.default_rng(0).integers(3, 1000, (rows, prompt_len)).astype(np.int32)
   mask = np.ones_like(prompts)
   ids = np.arange(rows, dtype=np.int32)
 
@@ -180,8 +182,24 @@ def throughput(model_lib, layers, rows, new_tokens, train_rows=2, train_seq=256,
     start = time.perf_counter()
     tokens = sample()
     times.append(time.perf_counter() - start)
-  decode = tokens / statistics.median(times)
-  del sampler
+  return tokens / statistics.median(times)
+
+
+def throughput(model_lib, layers, rows, new_tokens, train_rows=2, train_seq=256):
+  import jax
+  import numpy as np
+  cfg = _model_cfg(model_lib, layers)
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  rng = np.random.default_rng(0)
+  out = {'decode_tokens_per_s': decode_rate(model_lib, cfg, params, rows, new_tokens)}
+  try:  # sampling.param_dtype: the same sampler on a bfloat16 copy (trees that have it)
+    from sgpo_jax.generate import sampling_dtype
+  except ImportError:
+    sampling_dtype = None
+  if sampling_dtype is not None:
+    bf16_cfg = sampling_dtype.sampling_model_config(cfg, 'bfloat16')
+    out['decode_tokens_per_s_bfloat16'] = decode_rate(
+        model_lib, bf16_cfg, sampling_dtype.cast_params(params, 'bfloat16'), rows, new_tokens)
   step, optimizer = _train_step(model_lib, dataclasses.replace(cfg, remat=True))
   opt_state = optimizer.init(params)
   batch = rng.integers(3, 1000, (train_rows, train_seq)).astype(np.int32)
@@ -194,8 +212,8 @@ def throughput(model_lib, layers, rows, new_tokens, train_rows=2, train_seq=256,
     params, opt_state, loss = step(params, opt_state, batch, bmask)
     jax.block_until_ready(loss)
     times.append(time.perf_counter() - start)
-  return {'decode_tokens_per_s': decode,
-          'train_tokens_per_s': train_rows * train_seq / statistics.median(times)}
+  out['train_tokens_per_s'] = train_rows * train_seq / statistics.median(times)
+  return out
 
 
 def measure(args) -> dict:
@@ -203,6 +221,7 @@ def measure(args) -> dict:
   from sgpo_jax.model import transformer as model_lib
   jax.config.update('jax_platforms', 'cpu')
   out = {'tree': os.path.dirname(os.path.dirname(model_lib.__file__))}
+  jax.jit(lambda x: x + 1).lower(1.0).compile()  # backend start-up is not a compile second
   out.update(sampler_memory(model_lib, args.mem_layers, args.mem_rows))
   out.update(prefill_memory(model_lib, args.mem_layers, args.mem_rows))
   shallow = compile_seconds(model_lib, 4)
