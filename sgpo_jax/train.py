@@ -57,6 +57,7 @@ from sgpo_jax import tasks
 from sgpo_jax.data import tokenizer as tokenizer_lib
 from sgpo_jax.rl import warm_start as warm_start_lib
 from sgpo_jax.generate.continuous import ContinuousSampler
+from sgpo_jax.generate import sampling_dtype as sampling_dtype_lib
 from sgpo_jax.generate.sampler import Sampler
 from sgpo_jax.scaling_law import early_stop as early_stop_lib
 from sgpo_jax.scaling_law import runs as scaling_law_runs
@@ -82,6 +83,11 @@ class Setup:
   init_info: dict
   sampler: Sampler | ContinuousSampler
   ledger: flops_lib.FlopsLedger
+
+  def sampling_params(self, params):
+    """`params` in the sampler's dtype (sampling.param_dtype): one cast per call, none when
+    they match (generate/sampling_dtype.py)."""
+    return sampling_dtype_lib.cast_params(params, self.sampler.cfg.dtype, self.param_shardings)
 
 
 def check_config(config, num_devices: int | None = None) -> None:
@@ -111,6 +117,8 @@ def setup(config, workdir: str, show_progress: bool = True,
   if config.model.hf_path:
     from sgpo_jax.model import hf as hf_lib
     hf_lib.check_matches_checkpoint(model_cfg, config.model.hf_path)
+  with errors.config_errors():
+    sampling_dtype_lib.resolve(config.sampling.get('param_dtype', 'auto'))  # a bad name fails now
   if tokenizer.vocab_size > model_cfg.vocab_size:
     raise errors.ConfigError(
         f'the tokenizer has {tokenizer.vocab_size} tokens but model.vocab_size='
@@ -142,7 +150,8 @@ def setup(config, workdir: str, show_progress: bool = True,
   sampler = make_sampler(config, model_cfg, mesh, shardings, tokenizer)
   return Setup(config, workdir, mesh, tokenizer, model_cfg, train_queries, eval_queries,
                [tokenizer.encode_prompt(q.prompt) for q in train_queries], reward_fn, params,
-               shardings, init_info, sampler, flops_lib.FlopsLedger(model_cfg))
+               shardings, init_info, sampler,
+               flops_lib.FlopsLedger(model_cfg, sampling_dtype=sampler.cfg.dtype))
 
 
 def prompt_buckets(config) -> tuple[int, ...]:
@@ -158,6 +167,8 @@ def prompt_buckets(config) -> tuple[int, ...]:
 def make_sampler(config, model_cfg, mesh, shardings, tokenizer) -> Sampler | ContinuousSampler:
   """The generator behind profiling, rollouts and eval (`sampling.engine`)."""
   s = config.sampling
+  model_cfg = sampling_dtype_lib.sampling_model_config(
+      model_cfg, sampling_dtype_lib.resolve(s.get('param_dtype', 'auto')))
   common = dict(max_prompt_len=s.max_prompt_len, max_new_tokens=s.max_new_tokens,
                 stop_ids=tokenizer.stop_token_ids, pad_id=tokenizer.pad_id,
                 bos_id=tokenizer.bos_id)
@@ -175,7 +186,7 @@ def run_profile(su: Setup, show_progress: bool = True) -> sgpo_lib.Allocation:
   path = paths_lib.join(su.workdir, profile_lib.PROFILE_FILE)
   allocator_cls = allocators_lib.allocator_class(config.method)
   profile = profile_lib.profile_queries(
-      su.sampler, su.params, su.train_queries, su.tokenizer, su.reward_fn,
+      su.sampler, su.sampling_params(su.params), su.train_queries, su.tokenizer, su.reward_fn,
       num_samples=config.profile.num_samples, temperature=config.profile.temperature,
       seed=config.seed, path=path, ledger=su.ledger, show_progress=show_progress,
       settled=allocator_cls.profile_settled(config) if config.profile.early_stop else None)
@@ -263,7 +274,7 @@ def _useful_shares(ledger, tokens_before) -> dict[str, float]:
 
 def run_eval(su: Setup, params, step: int) -> dict[str, float]:
   rng = jax.random.fold_in(jax.random.key(su.config.seed), EVAL_STREAM)
-  return evaluate_lib.evaluate(su.sampler, params, su.eval_queries, su.tokenizer, su.reward_fn,
+  return evaluate_lib.evaluate(su.sampler, su.sampling_params(params), su.eval_queries, su.tokenizer, su.reward_fn,
                                rng, pass_k=su.config.eval.pass_k,
                                temperature=su.config.sampling.temperature, ledger=su.ledger)
 
@@ -369,7 +380,7 @@ def rl_step(su: Setup, rs: RunState) -> dict | None:
   rs.flops_before_step = su.ledger.total
   tokens_before = {c: su.ledger.tokens(c) for c in ('rollout', 'train')}
   params = rs.train_state['params']
-  filled = rs.allocator.fill_batch(make_rollout_fn(su, params, rs.step))
+  filled = rs.allocator.fill_batch(make_rollout_fn(su, su.sampling_params(params), rs.step))
   if filled is None:
     return None
   batch = train_batch(su, filled.layout, filled.rollout)

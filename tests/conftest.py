@@ -45,12 +45,18 @@ def params_for(cfg: model_lib.ModelConfig, seed: int = 0):
   """
   shapes = nn.meta.unbox(model_lib.abstract_params(cfg))
 
-  def leaf(path, shape_dtype):
-    name = '/'.join(str(getattr(k, 'key', k)) for k in path)
+  def draw(name, shape):
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-    values = rng.normal(0.0, cfg.init_std, shape_dtype.shape)
-    if name.endswith('scale'):
-      values = 1.0 + 0.1 * values
+    values = rng.normal(0.0, cfg.init_std, shape)
+    return 1.0 + 0.1 * values if name.endswith('scale') else values
+
+  def leaf(path, shape_dtype):
+    keys = [str(getattr(k, 'key', k)) for k in path]
+    if keys[0] == model_lib.LAYERS:  # stacked layers: layer i draws as 'layers_i/...' always did
+      values = np.stack([draw('/'.join([f'layers_{i}'] + keys[1:]), shape_dtype.shape[1:])
+                         for i in range(shape_dtype.shape[0])])
+    else:
+      values = draw('/'.join(keys), shape_dtype.shape)
     return jnp.asarray(values, shape_dtype.dtype)
   return jax.tree_util.tree_map_with_path(leaf, shapes)
 

@@ -253,7 +253,7 @@ _SHARDED_SCRIPT = textwrap.dedent('''
       one, _ = logits(path, cfg, (1, 1, 1), jax.devices()[:1])
       eight, params = logits(path, cfg, (2, 2, 2), jax.devices())
       np.save(path + '/sharded_logits.npy', eight)
-      q = params['layers_0']['attn']['q']['kernel']
+      q = params['layers']['attn']['q']['kernel']  # [L, D, H, E]: layers unsharded
       print(json.dumps({
           'devices': jax.device_count(),
           'max_diff': float(np.abs(one - eight).max()),
@@ -279,8 +279,8 @@ def test_sharded_import_on_8_devices_matches_single_device(checkpoints, tmp_path
   for kind, result in zip(kinds, results):
     assert result['devices'] == 8
     # embed over fsdp=2, heads over tp=2
-    assert result['q_shard'] == {'qwen2': [32, 2, 16], 'qwen3': [32, 3, 24],
-                                 'llama3': [32, 2, 16]}[kind]
+    assert result['q_shard'] == {'qwen2': [2, 32, 2, 16], 'qwen3': [2, 32, 3, 24],
+                                 'llama3': [2, 32, 2, 16]}[kind]
     assert 'tp' in result['embedding_spec'] and 'fsdp' in result['embedding_spec']
     assert result['max_diff'] < 1e-5, kind
     np.testing.assert_allclose(np.load(result['logits_file']), checkpoints[kind][2],

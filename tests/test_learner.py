@@ -99,8 +99,20 @@ def test_micro_batched_step_equals_full_batch_step():
   state_micro, m_micro = micro.train_step(state_micro, batch)
   np.testing.assert_allclose(float(m_full['loss']), float(m_micro['loss']), rtol=1e-5, atol=1e-7)
   np.testing.assert_allclose(float(m_full['grad_norm']), float(m_micro['grad_norm']), rtol=1e-4)
-  for a, b in zip(jax.tree.leaves(state_full['params']), jax.tree.leaves(state_micro['params'])):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+  assert_one_step_params_close(state_full['params'], state_micro['params'])
+
+
+def assert_one_step_params_close(params_a, params_b, lr: float = 1e-2):
+  """Params after one AdamW step from the same start, by two summation orders. Adam's first
+  step moves a parameter by lr * g / (|g| + eps): an element whose gradient is at eps's scale
+  (1e-8) turns rounding into a visible move, so a handful may differ by a few hundredths of
+  lr; every other element agrees to 1e-4."""
+  far = 0
+  for a, b in zip(jax.tree.leaves(params_a), jax.tree.leaves(params_b)):
+    a, b = np.asarray(a), np.asarray(b)
+    np.testing.assert_allclose(a, b, rtol=0, atol=0.05 * lr)
+    far += int(np.sum(~np.isclose(a, b, rtol=1e-4, atol=1e-6)))
+  assert far <= 3, far
 
 
 @pytest.mark.parametrize('loss', sorted(LOSSES))
@@ -132,7 +144,8 @@ def test_sharded_step_on_8_devices_equals_single_device():
       import jax, numpy as np
       from sgpo_jax.model import sharding as sharding_lib
       from tests.conftest import mesh_config
-      from tests.test_learner import make_batch, make_learner, run_config
+      from tests.test_learner import (assert_one_step_params_close, make_batch, make_learner,
+                                      run_config)
       batch = make_batch([2, 2, 4, 8])
       results = []
       for shape in ((1, 1, 1), (8, 1, 1), (2, 2, 2)):
@@ -143,8 +156,7 @@ def test_sharded_step_on_8_devices_equals_single_device():
         results.append((float(metrics['loss']), jax.tree.map(np.asarray, state['params'])))
       for loss, params in results[1:]:
         np.testing.assert_allclose(loss, results[0][0], rtol=1e-5, atol=1e-7)
-        for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(results[0][1])):
-          np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+        assert_one_step_params_close(params, results[0][1])
       print('OK')
   ''')
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -116,13 +116,13 @@ def test_gqa_equals_mha_with_repeated_kv_heads():
   mha_cfg = tiny_config(n_kv_heads=4)
   gqa_params = params_for(gqa_cfg)
   groups = gqa_cfg.n_heads // gqa_cfg.n_kv_heads
-  assert gqa_params['layers_0']['attn']['k']['kernel'].shape == (32, 2, 8)
-  assert gqa_params['layers_0']['attn']['q']['kernel'].shape == (32, 4, 8)
+  assert gqa_params['layers']['attn']['k']['kernel'].shape[1:] == (32, 2, 8)
+  assert gqa_params['layers']['attn']['q']['kernel'].shape[1:] == (32, 4, 8)
   # HF repeat_kv convention: query head h reads KV head h // groups.
   mha_params = jax.tree_util.tree_map_with_path(
-      lambda path, x: jnp.repeat(x, groups, axis=1)
+      lambda path, x: jnp.repeat(x, groups, axis=2)  # [L, D, K, E]
       if any(getattr(k, 'key', None) in ('k', 'v') for k in path) else x, gqa_params)
-  assert mha_params['layers_0']['attn']['k']['kernel'].shape == (32, 4, 8)
+  assert mha_params['layers']['attn']['k']['kernel'].shape[1:] == (32, 4, 8)
   tokens_BxT = random_tokens(9, (2, 9), 16)
   tokens_BxT, mask_BxT = left_pad([tokens_BxT[0], tokens_BxT[1, :5]], 9)
   gqa_BxTxV = np.asarray(forward_fn(gqa_cfg)(gqa_params, tokens_BxT, mask_BxT))
@@ -175,17 +175,17 @@ def test_tied_and_untied_param_trees():
 def test_qkv_bias_params_present_and_used():
   cfg = tiny_config(qkv_bias=True)
   params = params_for(cfg)
-  attn = params['layers_0']['attn']
-  assert attn['q']['bias'].shape == (4, 8)
-  assert attn['k']['bias'].shape == (2, 8)
-  assert attn['v']['bias'].shape == (2, 8)
+  attn = params['layers']['attn']  # stacked layers: [L, ...]
+  assert attn['q']['bias'].shape[1:] == (4, 8)
+  assert attn['k']['bias'].shape[1:] == (2, 8)
+  assert attn['v']['bias'].shape[1:] == (2, 8)
   assert 'bias' not in attn['o']
-  assert 'bias' not in params_for(tiny_config(qkv_bias=False))['layers_0']['attn']['q']
+  assert 'bias' not in params_for(tiny_config(qkv_bias=False))['layers']['attn']['q']
   tokens_BxT = random_tokens(12, (1, 6), 16)
   mask_BxT = np.ones_like(tokens_BxT)
   fwd = forward_fn(cfg)
   biased = jax.tree.map(lambda x: x, params)
-  biased['layers_0']['attn']['v']['bias'] = jnp.full((2, 8), 0.5)
+  biased['layers']['attn']['v']['bias'] = attn['v']['bias'].at[0].set(0.5)
   assert np.abs(np.asarray(fwd(biased, tokens_BxT, mask_BxT))
                 - np.asarray(fwd(params, tokens_BxT, mask_BxT))).max() > 1e-3
 
@@ -193,15 +193,15 @@ def test_qkv_bias_params_present_and_used():
 def test_qk_norm_params_present_and_used():
   cfg = tiny_config(qk_norm=True, head_dim=12)
   params = params_for(cfg)
-  attn = params['layers_0']['attn']
-  assert attn['q_norm']['scale'].shape == (12,) and attn['k_norm']['scale'].shape == (12,)
-  assert attn['q']['kernel'].shape == (32, 4, 12)
-  assert 'q_norm' not in params_for(tiny_config(head_dim=12))['layers_0']['attn']
+  attn = params['layers']['attn']
+  assert attn['q_norm']['scale'].shape[1:] == (12,) and attn['k_norm']['scale'].shape[1:] == (12,)
+  assert attn['q']['kernel'].shape[1:] == (32, 4, 12)
+  assert 'q_norm' not in params_for(tiny_config(head_dim=12))['layers']['attn']
   tokens_BxT = random_tokens(12, (1, 6), 16)
   mask_BxT = np.ones_like(tokens_BxT)
   fwd = forward_fn(cfg)
   scaled = jax.tree.map(lambda x: x, params)
-  scaled['layers_0']['attn']['k_norm']['scale'] = attn['k_norm']['scale'] * 2.0
+  scaled['layers']['attn']['k_norm']['scale'] = attn['k_norm']['scale'].at[0].multiply(2.0)
   assert np.abs(np.asarray(fwd(scaled, tokens_BxT, mask_BxT))
                 - np.asarray(fwd(params, tokens_BxT, mask_BxT))).max() > 1e-3
 
@@ -263,7 +263,7 @@ def test_remat_same_logits_and_grads(cfg, params):
   np.testing.assert_allclose(remat_loss, loss, rtol=1e-6)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5),
                remat_grads, grads)
-  assert float(jnp.abs(grads['layers_0']['attn']['q']['kernel']).max()) > 0
+  assert float(jnp.abs(grads['layers']['attn']['q']['kernel'][0]).max()) > 0
 
 
 def test_positions_from_mask_counts_real_tokens_only():
@@ -291,3 +291,70 @@ def test_validate_accepts_good_configs():
   tiny_config().validate()
   tiny_config(n_kv_heads=4, dtype='bfloat16').validate()
   tiny_config(n_kv_heads=1).validate()
+
+
+def _attention_inputs(seed, b=2, t=37, s=53, h=4, k=2, e=8):
+  rng = np.random.default_rng(seed)
+  q = jnp.asarray(rng.normal(size=(b, t, h, e)), jnp.float32)
+  kv = [jnp.asarray(rng.normal(size=(b, s, k, e)), jnp.float32) for _ in range(2)]
+  return q, kv[0], kv[1]
+
+
+@pytest.mark.parametrize('case', ['cache_offset', 'packed'])
+def test_chunked_attention_matches_full(case):
+  """Online softmax over 8 x 16 blocks (ragged last blocks) == full softmax, outputs and
+  gradients: GQA (4 query heads, 2 KV heads), left padding, queries at cache offset 16 of 53
+  key slots; and packed rows (segment ids, segment 0 = padding) without a cache."""
+  from sgpo_jax.model import attention
+  if case == 'cache_offset':
+    q, k, v = _attention_inputs(0)
+    q_slot = jnp.broadcast_to(16 + jnp.arange(37), (2, 37))
+    kv_valid = jnp.arange(53)[None, :] >= jnp.array([[0], [11]])  # row 1: 11 padding slots
+    seg = None
+  else:
+    q, k, v = _attention_inputs(1, t=40, s=40)
+    q_slot = jnp.broadcast_to(jnp.arange(40), (2, 40))
+    kv_valid = jnp.ones((2, 40), bool)
+    seg = jnp.asarray(np.repeat([[1, 2, 2, 3, 0], [4, 4, 5, 5, 5]], 8, axis=1))
+
+  def run(impl, q, k, v):
+    return attention.attend(q, k, v, q_slot, kv_valid, seg, seg, impl=impl, q_chunk=8,
+                            kv_chunk=16)
+  full = run('full', q, k, v)
+  chunked = run('chunked', q, k, v)
+  visible = attention.visible_BxTxS(q_slot, kv_valid, seg, seg).any(-1)  # rows with any key
+  np.testing.assert_allclose(np.asarray(chunked)[visible], np.asarray(full)[visible], atol=2e-6)
+  weights = jnp.asarray(np.random.default_rng(2).normal(size=full.shape)) * visible[..., None,
+                                                                                    None]
+  loss = lambda impl: lambda *x: jnp.sum(run(impl, *x) * weights)  # noqa: E731
+  grads_full = jax.grad(loss('full'), argnums=(0, 1, 2))(q, k, v)
+  grads_chunked = jax.grad(loss('chunked'), argnums=(0, 1, 2))(q, k, v)
+  for a, b in zip(grads_chunked, grads_full):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+  # dot_product (XLA here) agrees too.
+  np.testing.assert_allclose(np.asarray(run('dot_product', q, k, v))[visible],
+                             np.asarray(full)[visible], atol=2e-6)
+
+
+def test_chunked_prefill_and_decode_match_full_attention_model(cfg, params):
+  """The whole model with tiny attention blocks (prefill 9 tokens in 2 x 4 blocks into a
+  12-slot cache, then decode) matches the full-softmax model's full forward."""
+  small = dataclasses.replace(cfg, attention_q_chunk=2, attention_kv_chunk=4)
+  tokens_BxT = random_tokens(21, (2, 12), cfg.vocab_size)
+  tokens_BxT, mask_BxT = left_pad([tokens_BxT[0], tokens_BxT[1, :7]], 12)
+  want = np.asarray(forward_fn(dataclasses.replace(cfg, attention_impl='full'))(
+      params, tokens_BxT, mask_BxT))
+  got = np.asarray(forward_fn(small)(params, tokens_BxT, mask_BxT))
+  np.testing.assert_allclose(got[0], want[0], atol=ATOL)
+  np.testing.assert_allclose(got[1, 5:], want[1, 5:], atol=ATOL)
+  model = model_lib.Transformer(small)
+  positions = model_lib.positions_from_mask(mask_BxT)
+  cache = model_lib.init_cache(small, 2, 12)
+  hidden, cache = model.apply({'params': params}, tokens_BxT[:, :9], positions[:, :9],
+                              mask_BxT.astype(bool), cache, 0)
+  steps = [model_lib.logits_from_hidden(params, small, hidden)[:, -1]]
+  for i in range(9, 11):
+    hidden, cache = model.apply({'params': params}, tokens_BxT[:, i:i + 1], positions[:, i:i + 1],
+                                mask_BxT.astype(bool), cache, i)
+    steps.append(model_lib.logits_from_hidden(params, small, hidden)[:, 0])
+  np.testing.assert_allclose(np.stack(steps, 1), want[:, 8:11], atol=ATOL)

@@ -54,10 +54,10 @@ def _multi_device_results() -> dict:
       out[f'{name}_logits'] = sharding_lib.to_host(logits).tolist()
       out[f'{name}_specs'] = {
           'embedding': _spec(params['embedding']),
-          'q': _spec(params['layers_0']['attn']['q']['kernel']),
-          'k': _spec(params['layers_0']['attn']['k']['kernel']),
-          'o': _spec(params['layers_0']['attn']['o']['kernel']),
-          'up': _spec(params['layers_0']['mlp']['up']['kernel']),
+          'q': _spec(params['layers']['attn']['q']['kernel']),
+          'k': _spec(params['layers']['attn']['k']['kernel']),
+          'o': _spec(params['layers']['attn']['o']['kernel']),
+          'up': _spec(params['layers']['mlp']['up']['kernel']),
           'norm': _spec(params['final_norm']['scale']),
       }
     if tp:
@@ -128,10 +128,11 @@ def test_sharded_init_matches_single_device(multi):
 def test_params_and_outputs_are_sharded(multi):
   specs = multi[str((2, 2, 2))]['even_specs']
   assert specs['embedding'] == ['tp', 'fsdp']
-  assert specs['q'] == ['fsdp', 'tp', None]
-  assert specs['k'] == ['fsdp', 'tp', None]
-  assert specs['o'] == ['tp', None, 'fsdp']
-  assert specs['up'] == ['fsdp', 'tp']
+  # Stacked layers: the leading layer axis is never sharded.
+  assert specs['q'] == [None, 'fsdp', 'tp', None]
+  assert specs['k'] == [None, 'fsdp', 'tp', None]
+  assert specs['o'] == [None, 'tp', None, 'fsdp']
+  assert specs['up'] == [None, 'fsdp', 'tp']
   assert specs['norm'] in ([], [None])
   assert multi[str((2, 2, 2))]['batch_spec'] == [['data', 'fsdp'], None]
   # data=8 shards no parameter dimension: params are replicated, rows are split.
@@ -142,8 +143,8 @@ def test_params_and_outputs_are_sharded(multi):
 def test_uneven_dims_fall_back_to_replication(multi):
   specs = multi[str((2, 2, 2))]['uneven_specs']
   assert specs['embedding'] == [None, 'fsdp']  # vocab 17 over tp=2
-  assert specs['k'] == ['fsdp', None, None]  # 1 KV head over tp=2
-  assert specs['q'] == ['fsdp', 'tp', None]  # 4 query heads still split
+  assert specs['k'] == [None, 'fsdp', None, None]  # 1 KV head over tp=2
+  assert specs['q'] == [None, 'fsdp', 'tp', None]  # 4 query heads still split
 
 
 # ---------------------------------------------------------------- in-process, 1 device

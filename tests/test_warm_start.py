@@ -8,6 +8,7 @@ import os
 import threading
 
 import jax
+import flax.linen as nn
 import numpy as np
 import pytest
 
@@ -112,3 +113,63 @@ def test_the_readme_run_and_every_regime_have_a_shipped_warm_start():
     assert path is not None, f'no shipped warm start for {arg!r}'
     with open(path[:-len('.safetensors')] + '.json') as f:
       assert round(json.load(f)['final_loss'], 3) == loss, arg
+
+
+def _per_layer(params):
+  """The layout of before the layers were scanned: 'layers_0' ... instead of stacked 'layers'."""
+  layers = params['layers']
+  n = jax.tree.leaves(layers)[0].shape[0]
+  out = {k: v for k, v in params.items() if k != 'layers'}
+  out.update({f'layers_{i}': jax.tree.map(lambda x, i=i: np.asarray(x)[i], layers)
+              for i in range(n)})
+  return out
+
+
+def _target(config):
+  from sgpo_jax.model import sharding as sharding_lib
+  from sgpo_jax.model import transformer as model_lib
+  cfg = model_lib.ModelConfig.from_config(config.model)
+  mesh = sharding_lib.make_mesh(config.mesh, jax.devices()[:1])
+  abstract = model_lib.abstract_params(cfg)
+  shardings = sharding_lib.param_shardings(abstract, mesh)
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                      nn.meta.unbox(abstract), shardings)
+
+
+def test_per_layer_checkpoints_load_stacked(tmp_path):
+  """A warm start cached (orbax) or shipped (safetensors) in the per-layer layout of before
+  loads into the stacked layout, layer i of every tensor from 'layers_i'."""
+  import orbax.checkpoint as ocp
+  config = _tiny_config(str(tmp_path / 'built'))
+  config.model.n_layers = 3
+  target = _target(config)
+  rng = np.random.default_rng(0)
+  stacked = jax.tree.map(lambda t: rng.normal(size=t.shape).astype(t.dtype), target)
+  old = _per_layer(stacked)
+  assert 'layers' not in old and old['layers_2']['attn']['q']['kernel'].shape == (16, 2, 8)
+
+  checkpointer = ocp.StandardCheckpointer()
+  path = str(tmp_path / 'cached' / 'params')
+  checkpointer.save(path, old)
+  checkpointer.wait_until_finished()
+  restored = warm_start.restore_params(checkpointer, path, target)
+  shipped_dir = str(tmp_path / 'shipped')
+  file = warm_start.export_shipped(old, {'source': 'warm_start'}, 'old', shipped_dir)
+  loaded, _ = warm_start.load_shipped(file, target)
+  for got in (restored, loaded):
+    assert jax.tree.structure(got) == jax.tree.structure(stacked)
+    for a, b in zip(jax.tree.leaves(stacked), jax.tree.leaves(got)):
+      np.testing.assert_array_equal(a, np.asarray(b))
+    assert np.asarray(got['layers']['mlp']['up']['kernel'][1]).tolist() == (
+        old['layers_1']['mlp']['up']['kernel'].tolist())
+
+
+def test_the_committed_shipped_warm_start_loads_into_the_stacked_layout():
+  config = default_config.get_config('')
+  path = warm_start.shipped_file(warm_start.cache_key(config))
+  loaded, _ = warm_start.load_shipped(path, _target(config))
+  from safetensors.numpy import load_file
+  flat = load_file(path)
+  for i in range(config.model.n_layers):
+    np.testing.assert_array_equal(np.asarray(loaded['layers']['attn']['q']['kernel'][i]),
+                                  flat[f'layers_{i}/attn/q/kernel'])

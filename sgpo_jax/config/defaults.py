@@ -91,6 +91,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.dtype = 'float32'  # compute dtype
   c.model.param_dtype = 'float32'
   c.model.remat = False
+  # Attention kernel (sgpo_jax/model/attention.py): chunked online softmax | full | dot_product.
+  c.model.attention_impl = 'chunked'
+  c.model.attention_q_chunk = 128  # chunked: queries per block
+  c.model.attention_kv_chunk = 512  # chunked: keys per block
   c.model.init_std = 0.02
   c.model.hf_path = ''  # local HF checkpoint to start from (sgpo_jax/model/hf.py)
 
@@ -106,6 +110,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sampling.temperature = 1.0
   c.sampling.top_p = 1.0
   c.sampling.top_k = 0  # 0 = off
+  # Weights (and compute) of generation: auto = bfloat16 on GPU/TPU, float32 on CPU; the
+  # optimizer keeps float32 masters (sgpo_jax/generate/sampling_dtype.py).
+  c.sampling.param_dtype = 'auto'
   # static: one batch runs until its longest row stops; continuous: `decode_slots` slots that
   # take the next prompt as soon as their row stops (same completions per row id).
   c.sampling.engine = 'static'  # static | continuous (profiling, rollouts and eval)

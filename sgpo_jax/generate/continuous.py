@@ -83,8 +83,11 @@ class ContinuousSampler:
     self.model = model_lib.Transformer(cfg)
     self.traces = 0
     rep = sharding_lib.replicated(mesh)
-    self._generate_jit = jax.jit(self._generate, in_shardings=(param_shardings,) + (rep,) * 8,
-                                 out_shardings=rep)
+    # The KV cache is its own jit's output, donated, so prefill and decode write it in place.
+    self._init_cache_jit = jax.jit(model_lib.init_cache, static_argnums=(0, 1, 2),
+                                   out_shardings=(rep, rep))
+    self._generate_jit = jax.jit(self._generate, in_shardings=(param_shardings,) + (rep,) * 9,
+                                 out_shardings=rep, donate_argnums=(1,))
 
   @property
   def compile_count(self) -> int:
@@ -100,7 +103,8 @@ class ContinuousSampler:
   # ------------------------------------------------------------------ device side
 
   def _prefill_branch(self, params, bucket: int, prompts_QxP, prompt_len_Q, q):
-    """[1, bucket] forward of queue row q -> (last logits [1, V], k and v [L, 1, P, K, E])."""
+    """[1, bucket] forward of queue row q -> (last logits [1, V], k and v [L, 1, bucket, K, E]).
+    """
     cfg, P = self.cfg, self.max_prompt_len
     tokens_1xb = jax.lax.dynamic_slice(prompts_QxP, (q, P - bucket), (1, bucket))
     mask_1xb = (jnp.arange(bucket) >= bucket - prompt_len_Q[q])[None, :]
@@ -108,10 +112,9 @@ class ContinuousSampler:
     hidden, (k, v) = self.model.apply({'params': params}, tokens_1xb,
                                       model_lib.positions_from_mask(mask_1xb), mask_1xb, cache, 0)
     logits_1xV = model_lib.logits_from_hidden(params, cfg, hidden[:, -1:])[:, 0]
-    pad = [(0, 0), (0, 0), (P - bucket, 0), (0, 0), (0, 0)]
-    return logits_1xV, jnp.pad(k, pad), jnp.pad(v, pad)
+    return logits_1xV, k, v
 
-  def _generate(self, params, prompts_QxP, prompt_len_Q, row_ids_Q, n_real, rng, temperature,
+  def _generate(self, params, cache, prompts_QxP, prompt_len_Q, row_ids_Q, n_real, rng, temperature,
                 top_p, top_k):
     self.traces += 1
     cfg, S, N, P = self.cfg, self.slots, self.max_new_tokens, self.max_prompt_len
@@ -122,15 +125,26 @@ class ContinuousSampler:
     branches = [functools.partial(self._prefill_branch, params, b) for b in self.buckets]
     key_of = lambda row, t: jax.random.fold_in(jax.random.fold_in(rng, row), t)  # noqa: E731
 
+    def write_prefill(branch, bucket, prompts_QxP, prompt_len_Q, q, slot, k_cache, v_cache):
+      """Prefill of row q in `bucket`, its keys/values written right-aligned in the prompt
+      region of `slot` (slots [0, P - bucket) keep an earlier occupant's: the mask hides them).
+      """
+      logits_1xV, k, v = branch(prompts_QxP, prompt_len_Q, q)
+      at = (0, slot, P - bucket, 0, 0)
+      return (logits_1xV, jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), at),
+              jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), at))
+
     def prefill_one(st):
       slot = jnp.argmax(st['slot_q_S'] < 0)
       q = st['next_q']
       plen = prompt_len_Q[q]
       b_idx = jnp.sum(buckets < plen)
-      logits_1xV, k, v = jax.lax.switch(b_idx, branches, prompts_QxP, prompt_len_Q, q)
       k_cache, v_cache = st['cache']
-      cache = (jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, slot, 0, 0, 0)),
-               jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, slot, 0, 0, 0)))
+      logits_1xV, k_cache, v_cache = jax.lax.switch(
+          b_idx, [functools.partial(write_prefill, branch, b) for branch, b in
+                  zip(branches, self.buckets)], prompts_QxP, prompt_len_Q, q, slot, k_cache,
+          v_cache)
+      cache = (k_cache, v_cache)
       token_1, logp_1 = pick_tokens(logits_1xV, key_of(row_ids_Q[q], 0)[None], temperature, top_p,
                               top_k)
       done = jnp.isin(token_1[0], stop_ids) | (N == 1)
@@ -154,12 +168,10 @@ class ContinuousSampler:
       part = lambda x: x[:width]  # noqa: E731
       active_W = part(st['slot_q_S']) >= 0
       t_W = jnp.where(active_W, part(st['slot_t_S']), 1)
-      k_cache, v_cache = st['cache']
-      hidden, (k_w, v_w) = self.model.apply(
+      # The model reads and writes cache rows [0, width) of the full cache, in place.
+      hidden, cache = self.model.apply(
           {'params': params}, part(st['token_S'])[:, None], (part(st['plen_S']) + t_W - 1)[:, None],
-          part(st['kv_mask_SxC']), (k_cache[:, :width], v_cache[:, :width]), P + t_W - 1)
-      cache = (jax.lax.dynamic_update_slice(k_cache, k_w, (0, 0, 0, 0, 0)),
-               jax.lax.dynamic_update_slice(v_cache, v_w, (0, 0, 0, 0, 0)))
+          part(st['kv_mask_SxC']), st['cache'], P + t_W - 1)
       logits_WxV = model_lib.logits_from_hidden(params, cfg, hidden)[:, 0]
       rows_W = row_ids_Q[jnp.maximum(part(st['slot_q_S']), 0)]
       new_W, logp_W = pick_tokens(logits_WxV, jax.vmap(key_of)(rows_W, t_W), temperature, top_p,
@@ -181,12 +193,16 @@ class ContinuousSampler:
       """Queue empty and at most half the width busy: busy slots first, narrower width."""
       active_S = st['slot_q_S'] >= 0
       order_S = jnp.argsort(~active_S, stable=True)
-      k_cache, v_cache = st['cache']
       n_active = jnp.sum(active_S.astype(jnp.int32))
       width = jnp.min(jnp.where(widths >= n_active, widths, S))
       moved = {k: st[k][order_S] for k in ('kv_mask_SxC', 'slot_q_S', 'slot_t_S', 'token_S',
                                            'plen_S')}
-      return dict(st, cache=(k_cache[:, order_S], v_cache[:, order_S]), width=width, **moved)
+
+      def permute_layer(layer, cache):  # one layer at a time: the copy is 1/L of the cache
+        return tuple(c.at[layer].set(c[layer][order_S]) for c in cache)
+
+      cache = jax.lax.fori_loop(0, cfg.n_layers, permute_layer, st['cache'])
+      return dict(st, cache=cache, width=width, **moved)
 
     def decode_step(st):
       n_active = jnp.sum((st['slot_q_S'] >= 0).astype(jnp.int32))
@@ -203,7 +219,7 @@ class ContinuousSampler:
       return jnp.any(st['slot_q_S'] >= 0) | (st['next_q'] < n_real)
 
     state = dict(
-        cache=model_lib.init_cache(cfg, S, C), next_q=jnp.int32(0),
+        cache=cache, next_q=jnp.int32(0),
         kv_mask_SxC=jnp.zeros((S, C), bool), slot_q_S=jnp.full((S,), -1, jnp.int32),
         slot_t_S=jnp.ones((S,), jnp.int32), token_S=jnp.zeros((S,), jnp.int32),
         plen_S=jnp.zeros((S,), jnp.int32),
@@ -214,9 +230,14 @@ class ContinuousSampler:
     st = jax.lax.while_loop(cond, body, state)
     work = {k: st[k] for k in ('prefills_B', 'decode_steps', 'decode_slot_steps',
                                'busy_slot_steps')}
-    return st['tokens_QxN'], st['mask_QxN'], jnp.sum(st['mask_QxN'], axis=1), st['logps_QxN'], work
+    return (st['tokens_QxN'], st['mask_QxN'], jnp.sum(st['mask_QxN'], axis=1), st['logps_QxN'],
+            work, st['cache'])
 
   # ------------------------------------------------------------------ host side
+
+  def new_cache(self):
+    """A zeroed [L, slots, max_prompt_len + max_new_tokens, K, E] KV cache (donated)."""
+    return self._init_cache_jit(self.cfg, self.slots, self.max_prompt_len + self.max_new_tokens)
 
   def pad_prompts(self, prompts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """Left-pads to max_prompt_len and fills to `rows` (filler rows are never prefilled)."""
@@ -243,8 +264,8 @@ class ContinuousSampler:
       ids[:len(chunk)] = row_ids[start:start + self.rows]
       tokens, lengths = self.pad_prompts(chunk)
       out = sharding_lib.to_host(self._generate_jit(
-          params, tokens, lengths, ids, jnp.int32(len(chunk)), rng, jnp.float32(temperature),
-          jnp.float32(top_p), jnp.int32(top_k)))
+          params, self.new_cache(), tokens, lengths, ids, jnp.int32(len(chunk)), rng, jnp.float32(temperature),
+          jnp.float32(top_p), jnp.int32(top_k))[:5])
       *arrays, work = out
       work = {k: np.asarray(v) for k, v in work.items()}
       work['prompt_lens'] = [len(p) for p in chunk]

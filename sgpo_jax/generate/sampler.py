@@ -99,22 +99,26 @@ class Sampler:
     rows_2d = sharding_lib.batch_sharding(mesh, 2)
     rows_1d = sharding_lib.batch_sharding(mesh, 1)
     rep = sharding_lib.replicated(mesh)
+    cache_2 = (sharding_lib.cache_sharding(mesh),) * 2
+    # The KV cache is made by its own jit and donated, so the decode loop writes it in place
+    # and the generator's temp memory holds no copy of it.
+    self._init_cache_jit = jax.jit(model_lib.init_cache, static_argnums=(0, 1, 2),
+                                   out_shardings=cache_2)
     self._generate_jit = jax.jit(
         self._generate,
-        in_shardings=(param_shardings, rows_2d, rows_2d, rows_1d, rep, rep, rep, rep),
-        out_shardings=(rows_2d, rows_2d, rows_1d, rows_2d))
+        in_shardings=(param_shardings, cache_2, rows_2d, rows_2d, rows_1d, rep, rep, rep, rep),
+        out_shardings=(rows_2d, rows_2d, rows_1d, rows_2d, cache_2), donate_argnums=(1,))
 
   @property
   def compile_count(self) -> int:
     """Number of times the generator was traced (= compiled): one per prompt bucket used."""
     return self.traces
 
-  def _generate(self, params, prompt_RxP, prompt_mask_RxP, row_ids_R, rng, temperature, top_p,
-                top_k):
+  def _generate(self, params, cache, prompt_RxP, prompt_mask_RxP, row_ids_R, rng, temperature,
+                top_p, top_k):
     self.traces += 1
     cfg, n_new = self.cfg, self.max_new_tokens
     rows, prompt_len = prompt_RxP.shape
-    cache = model_lib.init_cache(cfg, rows, prompt_len + n_new)
     kv_mask_RxS = jnp.concatenate([prompt_mask_RxP.astype(bool), jnp.ones((rows, n_new), bool)],
                                   axis=1)
     variables = {'params': params}
@@ -155,8 +159,8 @@ class Sampler:
       return t + 1, cache, new_R, done_R, tokens_RxN, logps_RxN, mask_RxN
 
     state = (jnp.int32(1), cache, token_R, done_R, tokens_RxN, logps_RxN, mask_RxN)
-    _, _, _, _, tokens_RxN, logps_RxN, mask_RxN = jax.lax.while_loop(cond, body, state)
-    return tokens_RxN, mask_RxN, jnp.sum(mask_RxN, axis=1), logps_RxN
+    _, cache, _, _, tokens_RxN, logps_RxN, mask_RxN = jax.lax.while_loop(cond, body, state)
+    return tokens_RxN, mask_RxN, jnp.sum(mask_RxN, axis=1), logps_RxN, cache
 
   def bucket_for(self, prompt_len: int) -> int:
     for bucket in self.buckets:
@@ -190,8 +194,13 @@ class Sampler:
                     np.asarray(row_ids_R, np.int32)))
     # A committed key on one device would not match the replicated in_sharding on a bigger mesh.
     rng = sharding_lib.replicate(self.mesh, rng)
-    return self._generate_jit(params, *batch, rng, jnp.float32(temperature), jnp.float32(top_p),
-                              jnp.int32(top_k))
+    cache = self.new_cache(np.shape(prompt_RxP)[1])
+    return self._generate_jit(params, cache, *batch, rng, jnp.float32(temperature),
+                              jnp.float32(top_p), jnp.int32(top_k))[:4]
+
+  def new_cache(self, prompt_len: int):
+    """A zeroed KV cache for one call at prompt bucket `prompt_len` (donated to it)."""
+    return self._init_cache_jit(self.cfg, self.rows, prompt_len + self.max_new_tokens)
 
   def sample(self, params, prompts: Sequence[Sequence[int]], row_ids: Sequence[int], rng, *,
              temperature=1.0, top_p=1.0, top_k=0) -> SampleOutput:

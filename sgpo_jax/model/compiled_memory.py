@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from sgpo_jax.model import devices
 from sgpo_jax.model import sharding as sharding_lib
 from sgpo_jax.model import transformer as model_lib
 
@@ -89,9 +90,28 @@ def abstract_opt_state(optimizer, params, mesh) -> Any:
   return jax.tree.map(lambda x, s: _sds(x.shape, x.dtype, s), shapes, shardings)
 
 
+def _sampling_config(config):
+  """`config` with sampling.param_dtype='auto' resolved for the target device
+  (config.dry_run_device), not for the backend the dry run compiles on."""
+  from sgpo_jax.generate import sampling_dtype as sampling_dtype_lib
+  name = config.get('dry_run_device', '')
+  if not name or config.sampling.get('param_dtype', 'auto') != 'auto':
+    return config
+  config = config.copy_and_resolve_references()
+  config.sampling.param_dtype = sampling_dtype_lib.resolve(
+      'auto', backend=devices.spec(name).platform)
+  return config
+
+
 def _sampler_program(config, cfg, mesh, params, shardings, resident: int) -> Program:
   from sgpo_jax import train  # the trainer's own factory (train imports this module's user)
-  sampler = train.make_sampler(config, cfg, mesh, shardings, _SHAPE_TOKENIZER)
+  sampler = train.make_sampler(_sampling_config(config), cfg, mesh, shardings, _SHAPE_TOKENIZER)
+  # The sampler reads a copy of the weights in its dtype (one per RL step, resident beside
+  # the float32 masters while it runs) and a KV cache it is given and donates.
+  sampling_params = jax.tree.map(
+      lambda x: _sds(x.shape, jnp.dtype(sampler.cfg.dtype), x.sharding), params)
+  if sampler.cfg.dtype != jax.tree.leaves(params)[0].dtype:
+    resident += tree_bytes_per_device(params)
   rep = sharding_lib.replicated(mesh)
   key = jax.eval_shape(lambda: jax.random.key(0))
   key = _sds(key.shape, key.dtype, rep)
@@ -99,17 +119,19 @@ def _sampler_program(config, cfg, mesh, params, shardings, resident: int) -> Pro
   rows = int(sampler.rows)
   if config.sampling.get('engine', 'static') == 'continuous':
     p = int(sampler.max_prompt_len)
-    args = (params, _sds((rows, p), jnp.int32, rep), _sds((rows,), jnp.int32, rep),
+    cache = jax.eval_shape(sampler.new_cache)
+    args = (sampling_params, cache, _sds((rows, p), jnp.int32, rep), _sds((rows,), jnp.int32, rep),
             _sds((rows,), jnp.int32, rep), _sds((), jnp.int32, rep), key) + scalars
     note = f'continuous: {sampler.slots} decode slots, {rows} queued rows'
   else:
     p = int(sampler.buckets[-1])
     b2, b1 = sharding_lib.batch_sharding(mesh, 2), sharding_lib.batch_sharding(mesh, 1)
-    args = (params, _sds((rows, p), jnp.int32, b2), _sds((rows, p), jnp.int32, b2),
-            _sds((rows,), jnp.int32, b1), key) + scalars
+    cache = jax.eval_shape(lambda: sampler.new_cache(p))
+    args = (sampling_params, cache, _sds((rows, p), jnp.int32, b2),
+            _sds((rows, p), jnp.int32, b2), _sds((rows,), jnp.int32, b1), key) + scalars
     note = f'static: {rows} rows x ({p} prompt + {sampler.max_new_tokens} new) tokens'
   return Program('sampler', _jitted(sampler, '_generate_jit'), args, resident,
-                 tree_bytes_per_device(params) + resident, note)
+                 tree_bytes_per_device(sampling_params) + resident, note)
 
 
 def _batch_args(learner, config, mesh) -> tuple[Any, str]:

@@ -29,6 +29,7 @@ from typing import Any
 CATEGORIES = ('profile', 'rollout', 'reference', 'old_logprob', 'train', 'eval')
 # Eval is reported on its own and left out of `total`: the claim is about the compute to
 # *train* to an accuracy, and eval frequency is a measurement choice that differs by run.
+GENERATION_CATEGORIES = ('profile', 'rollout', 'eval')  # the sampler's work
 TOTAL_CATEGORIES = ('profile', 'rollout', 'reference', 'old_logprob', 'train')
 
 
@@ -104,8 +105,13 @@ class FlopsLedger:
   alike, because the static-shape code does compute them.
   """
 
-  def __init__(self, model_cfg: Any):
+  def __init__(self, model_cfg: Any, sampling_dtype: str | None = None):
     self.model_cfg = model_cfg
+    # The dtype each category ran in: generation (profile, rollout, eval) reads the weights
+    # in `sampling_dtype` (sampling.param_dtype), forward/train passes in the model's.
+    model_dtype = getattr(model_cfg, 'dtype', None) or dict(model_cfg).get('dtype', 'float32')
+    self.dtypes = {c: (sampling_dtype or model_dtype) if c in GENERATION_CATEGORIES
+                   else model_dtype for c in CATEGORIES}
     self._computed = {c: 0.0 for c in CATEGORIES}
     self._useful = {c: 0.0 for c in CATEGORIES}
     self._tokens_computed = {c: 0 for c in CATEGORIES}
@@ -184,7 +190,7 @@ class FlopsLedger:
   def state_dict(self) -> dict[str, dict[str, float]]:
     return {'computed': dict(self._computed), 'useful': dict(self._useful),
             'tokens_computed': dict(self._tokens_computed),
-            'tokens_useful': dict(self._tokens_useful)}
+            'tokens_useful': dict(self._tokens_useful), 'dtypes': dict(self.dtypes)}
 
   def load_state_dict(self, state: Mapping[str, Mapping[str, float]]) -> None:
     for part in ('computed', 'useful'):

@@ -26,6 +26,7 @@ the rotate_half RoPE convention, so q/k need no permutation.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import json
 import math
@@ -279,7 +280,8 @@ class _Tensor:
   hf_name: str
   path: tuple[str, ...]
   kind: str
-  shape: tuple[int, ...]  # ours
+  shape: tuple[int, ...]  # ours (one layer's slice for per-layer tensors)
+  layer: int | None = None  # per-layer tensors: the index along params['layers'][...]'s axis 0
 
   @property
   def hf_shape(self) -> tuple[int, ...]:
@@ -325,8 +327,8 @@ def _tensor_specs(cfg: model_lib.ModelConfig) -> list[_Tensor]:
   h, k, e = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
   specs = [_Tensor('model.embed_tokens.weight', ('embedding',), 'copy', (v, d))]
   for i in range(cfg.n_layers):
-    hf, ours = f'model.layers.{i}.', f'layers_{i}'
-    specs += [
+    hf, ours = f'model.layers.{i}.', model_lib.LAYERS
+    layer_specs = [
         _Tensor(hf + 'input_layernorm.weight', (ours, 'attn_norm', 'scale'), 'copy', (d,)),
         _Tensor(hf + 'self_attn.q_proj.weight', (ours, 'attn', 'q', 'kernel'), 'in_heads',
                 (d, h, e)),
@@ -336,17 +338,17 @@ def _tensor_specs(cfg: model_lib.ModelConfig) -> list[_Tensor]:
                 (d, k, e)),
     ]
     if cfg.qk_norm:
-      specs += [
+      layer_specs += [
           _Tensor(hf + 'self_attn.q_norm.weight', (ours, 'attn', 'q_norm', 'scale'), 'copy', (e,)),
           _Tensor(hf + 'self_attn.k_norm.weight', (ours, 'attn', 'k_norm', 'scale'), 'copy', (e,)),
       ]
     if cfg.qkv_bias:
-      specs += [
+      layer_specs += [
           _Tensor(hf + 'self_attn.q_proj.bias', (ours, 'attn', 'q', 'bias'), 'bias_heads', (h, e)),
           _Tensor(hf + 'self_attn.k_proj.bias', (ours, 'attn', 'k', 'bias'), 'bias_heads', (k, e)),
           _Tensor(hf + 'self_attn.v_proj.bias', (ours, 'attn', 'v', 'bias'), 'bias_heads', (k, e)),
       ]
-    specs += [
+    layer_specs += [
         _Tensor(hf + 'self_attn.o_proj.weight', (ours, 'attn', 'o', 'kernel'), 'out_heads',
                 (h, e, d)),
         _Tensor(hf + 'post_attention_layernorm.weight', (ours, 'mlp_norm', 'scale'), 'copy', (d,)),
@@ -354,6 +356,7 @@ def _tensor_specs(cfg: model_lib.ModelConfig) -> list[_Tensor]:
         _Tensor(hf + 'mlp.up_proj.weight', (ours, 'mlp', 'up', 'kernel'), 'transpose', (d, f)),
         _Tensor(hf + 'mlp.down_proj.weight', (ours, 'mlp', 'down', 'kernel'), 'transpose', (f, d)),
     ]
+    specs += [dataclasses.replace(spec, layer=i) for spec in layer_specs]
   specs.append(_Tensor('model.norm.weight', ('final_norm', 'scale'), 'copy', (d,)))
   if not cfg.tie_embeddings:
     specs.append(_Tensor('lm_head.weight', ('lm_head',), 'transpose', (d, v)))
@@ -418,6 +421,8 @@ def load_hf_params(hf_dir: str, cfg: model_lib.ModelConfig, mesh: Mesh,
                      'or its config.json does not describe it.')
   params: dict[str, Any] = {}
   handles: dict[str, Any] = {}
+  readers: dict[tuple[str, ...], dict[int | None, Callable]] = {}
+  shapes: dict[tuple[str, ...], tuple[int, ...]] = {}
   try:
     for spec in specs:
       path = files[spec.hf_name]
@@ -429,19 +434,30 @@ def load_hf_params(hf_dir: str, cfg: model_lib.ModelConfig, mesh: Mesh,
         raise ValueError(f'tensor {spec.hf_name} in {os.path.basename(path)} has shape {found}; '
                          f'expected {spec.hf_shape} from config.json. The weights and config '
                          'disagree: fix config.json or re-export the checkpoint.')
-      cache: dict[Any, np.ndarray] = {}
 
       def hf_slice(index, tensor=tensor):
         return np.asarray(tensor[index])
 
-      def block(index, spec=spec, cache=cache, hf_slice=hf_slice):
+      readers.setdefault(spec.path, {})[spec.layer] = functools.partial(spec.read, hf_slice)
+      shapes[spec.path] = spec.shape
+    for param_path, by_layer in readers.items():
+      cache: dict[Any, np.ndarray] = {}
+      stacked = None not in by_layer  # a per-layer tensor: our leaf is [L, ...]
+
+      def block(index, by_layer=by_layer, cache=cache, stacked=stacked):
         key = tuple((s.start, s.stop, s.step) for s in index)
         if key not in cache:  # replicated params: every device asks for the same block
-          cache[key] = np.ascontiguousarray(spec.read(hf_slice, index).astype(dtype))
+          if stacked:
+            layers = range(*index[0].indices(len(by_layer)))
+            out = np.stack([by_layer[i](index[1:]) for i in layers])
+          else:
+            out = by_layer[None](index)
+          cache[key] = np.ascontiguousarray(out.astype(dtype))
         return cache[key]
 
-      sharding = _get_path(shardings, spec.path)
-      _set_path(params, spec.path, jax.make_array_from_callback(spec.shape, sharding, block))
+      shape = ((len(by_layer),) if stacked else ()) + shapes[param_path]
+      sharding = _get_path(shardings, param_path)
+      _set_path(params, param_path, jax.make_array_from_callback(shape, sharding, block))
   finally:
     handles.clear()
   return params
@@ -501,12 +517,15 @@ def save_hf_checkpoint(params: Params, cfg: model_lib.ModelConfig, out_dir: str,
       if os.path.exists(path):
         os.remove(path)
   written, weight_map, total = [], {}, 0
+  host: dict[tuple[str, ...], np.ndarray] = {}  # one gather per (stacked) parameter
   for i, group in enumerate(groups):
     name = _shard_file_name(i, len(groups))
     tensors = {}
     for spec in group:
       if spec.path:
-        ours = np.asarray(sharding_lib.to_host(_get_path(params, spec.path)))
+        if spec.path not in host:
+          host[spec.path] = np.asarray(sharding_lib.to_host(_get_path(params, spec.path)))
+        ours = host[spec.path] if spec.layer is None else host[spec.path][spec.layer]
       else:
         ours = np.zeros(spec.shape, np.float32)
       tensors[spec.hf_name] = np.ascontiguousarray(spec.to_hf(ours).astype(_NP_DTYPES[dtype]))

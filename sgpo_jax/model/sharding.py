@@ -37,6 +37,7 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
     ('mlp', 'tp'),
     ('head_dim', None),
     ('norm', None),
+    ('layers', None),  # the scanned layer axis of stacked parameters (model/transformer.py)
 )
 
 
@@ -133,6 +134,12 @@ def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
   """Rows over the batch axes, everything else replicated."""
   axes = tuple(a for a in BATCH_AXES if a in mesh.shape)
   return NamedSharding(mesh, P(axes if axes else None, *([None] * (ndim - 1))))
+
+
+def cache_sharding(mesh: Mesh) -> NamedSharding:
+  """The stacked KV cache [L, B, S, K, E]: rows over the batch axes, the rest replicated."""
+  axes = tuple(a for a in BATCH_AXES if a in mesh.shape)
+  return NamedSharding(mesh, P(None, axes if axes else None, None, None, None))
 
 
 def batch_size_multiple(mesh: Mesh) -> int:

@@ -36,8 +36,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sgpo_jax.model import attention as attention_lib
+
 Params = Any
-NEG_INF = -1e30
+NEG_INF = attention_lib.NEG_INF
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +65,12 @@ class ModelConfig:
   dtype: str = 'float32'
   param_dtype: str = 'float32'
   remat: bool = False
+  attention_impl: str = 'chunked'  # chunked | full | dot_product (model/attention.py)
+  attention_q_chunk: int = 128  # chunked: queries per block
+  attention_kv_chunk: int = 512  # chunked: keys per block
+  # Layers per iteration of the layer scan; n_layers = straight-line code (longer compiles;
+  # XLA's cost analysis counts a loop body once, so FLOPs cross-checks unroll fully).
+  scan_unroll: int = 1
   init_std: float = 0.02
 
   @classmethod
@@ -88,6 +96,15 @@ class ModelConfig:
       value = getattr(self, name)
       if value not in ('float32', 'bfloat16', 'float16'):
         raise ValueError(f'model.{name}={value!r}: use float32, bfloat16 or float16.')
+    if self.attention_impl not in attention_lib.ATTENTION_IMPLS:
+      raise ValueError(f'model.attention_impl={self.attention_impl!r} is unknown; use one of '
+                       f'{attention_lib.ATTENTION_IMPLS}.')
+    if self.scan_unroll < 1:
+      raise ValueError(f'model.scan_unroll={self.scan_unroll} must be >= 1 (1 = a loop over '
+                       f'layers, {self.n_layers} = fully unrolled).')
+    if min(self.attention_q_chunk, self.attention_kv_chunk) < 1:
+      raise ValueError(f'model.attention_q_chunk={self.attention_q_chunk} and '
+                       f'model.attention_kv_chunk={self.attention_kv_chunk} must be >= 1.')
     if self.rope_type not in ROPE_TYPES:
       raise ValueError(f'model.rope_type={self.rope_type!r} is unknown; use one of {ROPE_TYPES}.')
     if self.rope_type != 'default' and self.rope_factor <= 0:
@@ -172,7 +189,7 @@ class Attention(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x_BxTxD, positions_BxT, mask_BxTxS, kv_cache, cache_index):
+  def __call__(self, x_BxTxD, positions_BxT, mask_info, cache, layer):
     cfg = self.cfg
     dtype, pdtype = cfg.dtypes
 
@@ -193,34 +210,44 @@ class Attention(nn.Module):
     k_BxTxKxE = rotary(k_BxTxKxE, positions_BxT, inv_freq_H2)
     v_BxTxKxE = proj('v', cfg.n_kv_heads, 'kv_heads')
 
-    new_cache = None
-    if kv_cache is not None:
-      k_cache, v_cache = kv_cache
-      if jnp.ndim(cache_index) == 1:  # one write slot per row (continuous batching)
-        write = jax.vmap(lambda c, x, i: jax.lax.dynamic_update_slice(c, x, (i, 0, 0)))
-        k_BxSxKxE = write(k_cache, k_BxTxKxE.astype(k_cache.dtype), cache_index)
-        v_BxSxKxE = write(v_cache, v_BxTxKxE.astype(v_cache.dtype), cache_index)
-      else:
-        idx = (0, cache_index, 0, 0)
-        k_BxSxKxE = jax.lax.dynamic_update_slice(k_cache, k_BxTxKxE.astype(k_cache.dtype), idx)
-        v_BxSxKxE = jax.lax.dynamic_update_slice(v_cache, v_BxTxKxE.astype(v_cache.dtype), idx)
-      new_cache = (k_BxSxKxE, v_BxSxKxE)
+    q_slot_BxT, kv_valid_BxS, segment_ids_BxT, cache_index = mask_info
+    if cache is not None:
+      cache = write_cache(cache, layer, cache_index, k_BxTxKxE, v_BxTxKxE)
+      k_BxSxKxE, v_BxSxKxE = read_cache(cache, layer, x_BxTxD.shape[0])
     else:
       k_BxSxKxE, v_BxSxKxE = k_BxTxKxE, v_BxTxKxE
-
-    b, t = q_BxTxHxE.shape[:2]
-    groups = cfg.n_heads // cfg.n_kv_heads
-    q_BxTxKxGxE = q_BxTxHxE.reshape(b, t, cfg.n_kv_heads, groups, cfg.head_dim)
-    scores = jnp.einsum('btkge,bske->bkgts', q_BxTxKxGxE, k_BxSxKxE.astype(dtype),
-                        preferred_element_type=jnp.float32) / jnp.sqrt(cfg.head_dim)
-    scores = jnp.where(mask_BxTxS[:, None, None, :, :], scores, NEG_INF)
-    probs = jax.nn.softmax(scores, axis=-1).astype(dtype)
-    out_BxTxKxGxE = jnp.einsum('bkgts,bske->btkge', probs, v_BxSxKxE.astype(dtype))
-    out_BxTxHxE = out_BxTxKxGxE.reshape(b, t, cfg.n_heads, cfg.head_dim)
+    out_BxTxHxE = attention_lib.attend(
+        q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, q_slot_BxT, kv_valid_BxS, segment_ids_BxT,
+        segment_ids_BxT, impl=cfg.attention_impl, q_chunk=cfg.attention_q_chunk,
+        kv_chunk=cfg.attention_kv_chunk)
     out_BxTxD = nn.DenseGeneral(
         cfg.d_model, axis=(-2, -1), use_bias=False, dtype=dtype, param_dtype=pdtype,
         kernel_init=_init(cfg.init_std, ('heads', 'head_dim', 'embed')), name='o')(out_BxTxHxE)
-    return out_BxTxD, new_cache
+    return out_BxTxD, cache
+
+
+def write_cache(cache, layer, cache_index, k_BxTxKxE, v_BxTxKxE):
+  """Writes this layer's new keys/values into the stacked cache ([L, B', S, K, E], B' >= B:
+  rows [0, B) are written) in place: at slots [cache_index, cache_index + T), or per row at
+  [cache_index[b], ...) when cache_index is a [B] array (continuous batching)."""
+  k_cache, v_cache = cache
+  b, t = k_BxTxKxE.shape[:2]
+  if jnp.ndim(cache_index) == 1:
+    rows_Bx1 = jnp.arange(b)[:, None]
+    slots_BxT = cache_index[:, None] + jnp.arange(t)[None, :]
+    write = lambda c, x: c.at[layer, rows_Bx1, slots_BxT].set(  # noqa: E731
+        x.astype(c.dtype), mode='drop')
+  else:
+    write = lambda c, x: jax.lax.dynamic_update_slice(  # noqa: E731
+        c, x[None].astype(c.dtype), (layer, 0, cache_index, 0, 0))
+  return write(k_cache, k_BxTxKxE), write(v_cache, v_BxTxKxE)
+
+
+def read_cache(cache, layer, rows: int):
+  """Layer `layer`'s keys and values of cache rows [0, rows): ([rows, S, K, E],) * 2."""
+  def read(c):
+    return jax.lax.dynamic_slice(c, (layer, 0, 0, 0, 0), (1, rows) + c.shape[2:])[0]
+  return read(cache[0]), read(cache[1])
 
 
 class MLP(nn.Module):
@@ -239,28 +266,38 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
+  """One layer, in scan form: carry (hidden, stacked cache or None, layer index) -> carry."""
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, x_BxTxD, positions_BxT, mask_BxTxS, kv_cache, cache_index):
+  def __call__(self, carry, positions_BxT, mask_info):
+    x_BxTxD, cache, layer = carry
     cfg = self.cfg
     dtype, pdtype = cfg.dtypes
     h = RMSNorm(cfg.rms_eps, dtype, pdtype, name='attn_norm')(x_BxTxD)
-    attn_BxTxD, new_cache = Attention(cfg, name='attn')(h, positions_BxT, mask_BxTxS, kv_cache,
-                                                        cache_index)
+    attn_BxTxD, cache = Attention(cfg, name='attn')(h, positions_BxT, mask_info, cache, layer)
     x_BxTxD = x_BxTxD + attn_BxTxD
     h = RMSNorm(cfg.rms_eps, dtype, pdtype, name='mlp_norm')(x_BxTxD)
-    return x_BxTxD + MLP(cfg, name='mlp')(h), new_cache
+    return (x_BxTxD + MLP(cfg, name='mlp')(h), cache, layer + 1), None
+
+
+LAYERS = 'layers'  # the params subtree of the stacked layers; leading axis = layer
 
 
 class Transformer(nn.Module):
   """Returns final hidden states [B, T, D] (pre LM head) and the updated KV cache.
 
+  The layers run under one `nn.scan` over parameters stacked on a leading layer axis
+  (params['layers'][...] is [L, ...], logical axis 'layers'), so compile time does not grow
+  with depth; with `remat` each layer is rematerialised in the backward pass.
+
   `kv_mask_BxS` marks which key slots hold real tokens (False for left padding). Without a
-  cache the key slots are the T input positions; with a cache (`cache` = (k, v) stacked over
-  layers, [L, B, S, K, E]) the inputs are written at slots [cache_index, cache_index + T) and
-  each query attends to the valid slots up to its own. `cache_index` may be a [B] array: row
-  b writes at its own slot (the continuous sampler's decode step).
+  cache the key slots are the T input positions; with a cache (`cache` = (k, v), each
+  [L, B', S, K, E] with B' >= B; rows [0, B) are used) the inputs are written in place at
+  slots [cache_index, cache_index + T) and each query attends to the valid slots up to its
+  own. `cache_index` may be a [B] array: row b writes at its own slot (the continuous
+  sampler's decode step). Pass the cache as a donated jit argument (or keep it inside one
+  jitted loop) and XLA updates it without a copy.
 
   `segment_ids_BxT` (no cache) packs several sequences into one row: a query attends only to
   earlier keys of its own segment, and segment 0 is padding (packed training).
@@ -276,36 +313,29 @@ class Transformer(nn.Module):
         'embedding', _init(cfg.init_std, ('vocab', 'embed')), (cfg.vocab_size, cfg.d_model), pdtype)
     x_BxTxD = jnp.take(embedding_VxD, tokens_BxT, axis=0).astype(dtype)
 
-    t = tokens_BxT.shape[1]
-    s = kv_mask_BxS.shape[1]
-    if jnp.ndim(cache_index) == 1:
-      query_slot_BxT = cache_index[:, None] + jnp.arange(t)[None, :]
-      causal_BxTxS = jnp.arange(s)[None, None, :] <= query_slot_BxT[:, :, None]
+    b, t = tokens_BxT.shape
+    cache_index = jnp.asarray(cache_index, jnp.int32)
+    if cache_index.ndim == 1:
+      q_slot_BxT = cache_index[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
     else:
-      query_slot_T = cache_index + jnp.arange(t)
-      causal_BxTxS = (jnp.arange(s)[None, :] <= query_slot_T[:, None])[None]
-    mask_BxTxS = causal_BxTxS & kv_mask_BxS[:, None, :]
-    if segment_ids_BxT is not None:
-      if cache is not None:
-        raise ValueError('segment_ids_BxT (packed rows) is for cache-free forward passes only.')
-      same_BxTxS = segment_ids_BxT[:, :, None] == segment_ids_BxT[:, None, :]
-      mask_BxTxS = mask_BxTxS & same_BxTxS & (segment_ids_BxT[:, None, :] > 0)
+      q_slot_BxT = jnp.broadcast_to(cache_index + jnp.arange(t, dtype=jnp.int32), (b, t))
+    if segment_ids_BxT is not None and cache is not None:
+      raise ValueError('segment_ids_BxT (packed rows) is for cache-free forward passes only.')
+    mask_info = (q_slot_BxT, kv_mask_BxS.astype(bool), segment_ids_BxT, cache_index)
 
-    block_cls = nn.remat(Block, static_argnums=()) if cfg.remat else Block
-    new_k, new_v = [], []
-    for i in range(cfg.n_layers):
-      layer_cache = None if cache is None else (cache[0][i], cache[1][i])
-      x_BxTxD, layer_new = block_cls(cfg, name=f'layers_{i}')(
-          x_BxTxD, positions_BxT, mask_BxTxS, layer_cache, cache_index)
-      if layer_new is not None:
-        new_k.append(layer_new[0])
-        new_v.append(layer_new[1])
+    block_cls = Block
+    if cfg.remat:
+      block_cls = nn.remat(Block, prevent_cse=False)
+    layers = nn.scan(
+        block_cls, variable_axes={'params': 0}, split_rngs={'params': True},
+        in_axes=(nn.broadcast, nn.broadcast), length=cfg.n_layers, unroll=cfg.scan_unroll,
+        metadata_params={nn.PARTITION_NAME: 'layers'})(cfg, name=LAYERS)
+    (x_BxTxD, cache, _), _ = layers((x_BxTxD, cache, jnp.int32(0)), positions_BxT, mask_info)
     hidden_BxTxD = RMSNorm(cfg.rms_eps, dtype, pdtype, name='final_norm')(x_BxTxD)
     if not cfg.tie_embeddings:
       self.param('lm_head', _init(cfg.init_std, ('embed', 'vocab')),
                  (cfg.d_model, cfg.vocab_size), pdtype)
-    new_cache = None if cache is None else (jnp.stack(new_k), jnp.stack(new_v))
-    return hidden_BxTxD, new_cache
+    return hidden_BxTxD, cache
 
 
 def lm_head_DxV(params: Params, cfg: ModelConfig) -> jax.Array:
@@ -349,3 +379,63 @@ def init_params(cfg: ModelConfig, rng) -> Params:
   model = Transformer(cfg)
   tokens = jnp.zeros((1, 1), jnp.int32)
   return nn.meta.unbox(model.init(rng, tokens, tokens, tokens.astype(bool))['params'])
+
+
+def _is_per_layer(tree) -> bool:
+  return isinstance(tree, dict) and 'layers_0' in tree
+
+
+def stack_layers(tree):
+  """Converts a parameter tree of the per-layer layout ('layers_0' ... 'layers_{L-1}', as
+  written before the layers were scanned) into the stacked one ('layers', each leaf [L, ...]),
+  at any depth (optimizer moments mirror the params). Other trees come back unchanged."""
+  if not isinstance(tree, dict):  # tuples, optimizer states: convert the dicts inside
+    return jax.tree.map(lambda x: stack_layers(x) if isinstance(x, dict) else x, tree,
+                        is_leaf=lambda x: isinstance(x, dict))
+  if _is_per_layer(tree):
+    n = 0
+    while f'layers_{n}' in tree:
+      n += 1
+    rest = {k: v for k, v in tree.items() if not (k.startswith('layers_') and k[7:].isdigit())}
+    stray = sorted(set(tree) - set(rest) - {f'layers_{i}' for i in range(n)})
+    if stray or LAYERS in rest:
+      raise ValueError(f'parameter tree mixes layouts or skips a layer ({stray or LAYERS!r} '
+                       f'beside layers_0..layers_{n - 1}); it is not a checkpoint of this model.')
+    layers = [tree[f'layers_{i}'] for i in range(n)]
+    stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *layers)
+    return {**{k: stack_layers(v) for k, v in rest.items()}, LAYERS: stacked}
+  return {k: stack_layers(v) for k, v in tree.items()}
+
+
+def has_per_layer_layout(tree) -> bool:
+  """True if any dict inside `tree` uses the old per-layer keys (see `stack_layers`)."""
+  if isinstance(tree, dict):
+    return _is_per_layer(tree) or any(has_per_layer_layout(v) for v in tree.values())
+  dicts = jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, dict))
+  return any(has_per_layer_layout(d) for d in dicts if isinstance(d, dict))
+
+
+def per_layer_target(tree):
+  """The abstract tree (ShapeDtypeStructs with NamedShardings) a per-layer-layout checkpoint of
+  `tree` (stacked layout) was saved as: each 'layers' subtree becomes 'layers_0' ... with the
+  layer axis dropped from shapes and shardings. Restore with it, then `stack_layers`."""
+  def unstack(sub):
+    def layer(leaf):
+      sharding = getattr(leaf, 'sharding', None)
+      if isinstance(sharding, jax.sharding.NamedSharding):
+        spec = tuple(sharding.spec) + (None,) * (len(leaf.shape) - len(sharding.spec))
+        sharding = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(*spec[1:]))
+      return jax.ShapeDtypeStruct(leaf.shape[1:], leaf.dtype, sharding=sharding)
+    n = jax.tree.leaves(sub)[0].shape[0]
+    per = jax.tree.map(layer, sub)
+    return {f'layers_{i}': per for i in range(n)}
+
+  def convert(x):
+    if not isinstance(x, dict):
+      return x
+    out = {k: convert(v) for k, v in x.items() if k != LAYERS}
+    if LAYERS in x:
+      out.update(unstack(x[LAYERS]))
+    return out
+
+  return jax.tree.map(convert, tree, is_leaf=lambda x: isinstance(x, dict))

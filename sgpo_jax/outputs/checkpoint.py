@@ -34,6 +34,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from sgpo_jax import errors
+from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.outputs import paths
 
 CHECKSUM_KEY = 'state_checksum'
@@ -158,8 +159,23 @@ class Checkpointer:
     """Restores onto the shardings of `abstract_state` (arrays or ShapeDtypeStructs)."""
     target = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), abstract_state)
-    restored = self.manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
+    try:
+      restored = self.manager.restore(step, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
+    except (ValueError, KeyError) as error:
+      # Saved before the layers were scanned (per-layer params): restore that, then stack.
+      old = model_lib.per_layer_target(target)
+      if old == target:
+        raise
+      try:
+        restored = self.manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(old), meta=ocp.args.JsonRestore()))
+      except (ValueError, KeyError):
+        raise error from None
+      stacked = model_lib.stack_layers(jax.device_get(restored['state']))
+      state = jax.tree.map(lambda x, t: jax.make_array_from_callback(
+          t.shape, t.sharding, lambda idx, x=x: np.asarray(x)[idx]), stacked, target)
+      return state, dict(restored['meta'])
     return restored['state'], dict(restored['meta'])
 
   def verify(self, state: Any, meta: dict) -> None:

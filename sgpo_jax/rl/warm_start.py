@@ -35,6 +35,8 @@ from sgpo_jax import tasks
 def cache_key(config) -> str:
   relevant = {k: config[k].to_dict() for k in ('model', 'data', 'warm_start', 'tokenizer')}
   relevant['warm_start'].pop('cache_dir', None)
+  for name in ('attention_impl', 'attention_q_chunk', 'attention_kv_chunk'):
+    relevant['model'].pop(name, None)  # how attention is computed, not which policy it is
   relevant['warm_start'].pop('shipped', None)  # where the policy comes from, not what it is
   if not relevant['warm_start'].get('level_fractions', ()):
     relevant['warm_start'].pop('level_fractions', None)  # keys of whole-pool caches stay as they were
@@ -215,7 +217,7 @@ def _restore_or_build(config, cfg, mesh, tokenizer, train_queries, path, target,
   # One decision for all processes: restore and SFT are both collective.
   info = sharding_lib.broadcast_from_writer(cached)
   if info is not None:
-    params = checkpointer.restore(os.path.join(path, 'params'), target)
+    params = restore_params(checkpointer, os.path.join(path, 'params'), target)
     info['cached'] = True
     logging.info('warm start: reused cached policy %s', path)
     return params, shardings, info
@@ -234,6 +236,28 @@ def _restore_or_build(config, cfg, mesh, tokenizer, train_queries, path, target,
     with open(info_path, 'w') as f:
       json.dump(info, f)
   return params, shardings, info
+
+
+def restore_params(checkpointer, path: str, target):
+  """Orbax params at `path` onto `target`; a cache written in the per-layer layout of before
+  the layers were scanned is restored as such and stacked (`transformer.stack_layers`)."""
+  try:
+    return checkpointer.restore(path, target)
+  except (ValueError, KeyError):
+    saved = checkpointer.metadata(path)
+    saved = getattr(saved, 'item_metadata', saved)
+    if not model_lib.has_per_layer_layout(_as_dict(saved)):
+      raise
+  host = model_lib.stack_layers(_as_dict(checkpointer.restore(path)))
+  return jax.tree.map(lambda x, t: jax.make_array_from_callback(
+      t.shape, t.sharding, lambda idx, x=np.asarray(x, t.dtype): x[idx]), host, target)
+
+
+def _as_dict(tree):
+  """Orbax metadata/restore trees -> plain nested dicts."""
+  if hasattr(tree, 'items'):
+    return {k: _as_dict(v) for k, v in tree.items()}
+  return tree
 
 
 def _train(config, cfg, mesh, tokenizer, train_queries, path, shardings, show_progress):
@@ -305,6 +329,9 @@ def load_shipped(path: str, target) -> tuple[Any, dict]:
   from flax import traverse_util
   from safetensors.numpy import load_file
   flat = load_file(path)
+  if any(name.startswith('layers_0/') for name in flat):  # shipped before the layers were scanned
+    flat = traverse_util.flatten_dict(
+        model_lib.stack_layers(traverse_util.unflatten_dict(flat, sep='/')), sep='/')
   want = traverse_util.flatten_dict(target, sep='/')
   if set(flat) != set(want):
     raise ValueError(f'{path} holds tensors {sorted(set(flat) ^ set(want))[:4]} that the '
