@@ -23,7 +23,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from sgpo_jax import errors
+from sgpo_jax.config import errors
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(

@@ -33,7 +33,7 @@ from absl import logging
 from tqdm.auto import tqdm
 
 from sgpo_jax import allocators as allocators_lib
-from sgpo_jax import errors
+from sgpo_jax.config import errors
 from sgpo_jax.config import resume as resume_lib
 from sgpo_jax.outputs import lock as lock_lib
 from sgpo_jax.outputs import checkpoint as checkpoint_lib
