@@ -6,7 +6,7 @@ against the HBM roofline, train-step MFU, and the dry run's prediction beside th
 
 The config is `configs/qwen3_0_6b_gsm8k.py:gpu=1` (1x1x1 mesh, its dtypes, remat and
 log-prob chunk) with random weights (`model.hf_path=''`) and the batch sizes below; the
-sampler and learner are the trainer's own (`train.make_sampler`, `rl.learner.Learner`), so
+sampler and learner are the trainer's own (`generate.engines.make_sampler`, `rl.learner.Learner`), so
 the numbers follow the code. Prints a few lines, then one JSON object as the last line.
 
 - decode: the static sampler with no stop token, `--decode_rows` rows of `--prompt_len`
@@ -40,7 +40,7 @@ sys.path.insert(0, ROOT)
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sgpo_jax import train  # noqa: E402
+from sgpo_jax.generate import engines  # noqa: E402
 from sgpo_jax.config.args import load_sibling_config  # noqa: E402
 from sgpo_jax.model import compiled_memory  # noqa: E402
 from sgpo_jax.model import devices  # noqa: E402
@@ -136,7 +136,7 @@ def run_decode(args, config, cfg, mesh, params, shardings, hw) -> dict:
     c.train.rows_per_batch = args.decode_rows
     c.sampling.max_prompt_len, c.sampling.max_new_tokens = args.prompt_len, new_tokens
     c.sampling.engine = 'static'
-    sampler = train.make_sampler(c, cfg, mesh, shardings, no_stop)
+    sampler = engines.make_sampler(c, cfg, mesh, shardings, no_stop)
     return best_time(lambda: sampler.generate(params, prompts, mask, ids, key), args.repeats)
   prefill_s = timed(1)
   full_s = timed(args.new_tokens)

@@ -57,6 +57,7 @@ from sgpo_jax import tasks
 from sgpo_jax.data import tokenizer as tokenizer_lib
 from sgpo_jax.rl import warm_start as warm_start_lib
 from sgpo_jax.generate.continuous import ContinuousSampler
+from sgpo_jax.generate.engines import make_sampler, prompt_buckets
 from sgpo_jax.generate import sampling_dtype as sampling_dtype_lib
 from sgpo_jax.generate.sampler import Sampler
 from sgpo_jax.scaling_law import early_stop as early_stop_lib
@@ -152,32 +153,6 @@ def setup(config, workdir: str, show_progress: bool = True,
                [tokenizer.encode_prompt(q.prompt) for q in train_queries], reward_fn, params,
                shardings, init_info, sampler,
                flops_lib.FlopsLedger(model_cfg, sampling_dtype=sampler.cfg.dtype))
-
-
-def prompt_buckets(config) -> tuple[int, ...]:
-  """The prompt lengths the sampler compiles for (`sampling.engine`'s buckets)."""
-  s = config.sampling
-  if s.get('engine', 'static') == 'continuous':
-    from sgpo_jax.generate import continuous
-    return continuous.prefill_buckets(s.max_prompt_len, s.prefill_step)
-  from sgpo_jax.generate import sampler as sampler_lib
-  return sampler_lib.prompt_buckets(s.max_prompt_len, s.min_prompt_bucket)
-
-
-def make_sampler(config, model_cfg, mesh, shardings, tokenizer) -> Sampler | ContinuousSampler:
-  """The generator behind profiling, rollouts and eval (`sampling.engine`)."""
-  s = config.sampling
-  model_cfg = sampling_dtype_lib.sampling_model_config(
-      model_cfg, sampling_dtype_lib.resolve(s.get('param_dtype', 'auto')))
-  common = dict(max_prompt_len=s.max_prompt_len, max_new_tokens=s.max_new_tokens,
-                stop_ids=tokenizer.stop_token_ids, pad_id=tokenizer.pad_id,
-                bos_id=tokenizer.bos_id)
-  if s.get('engine', 'static') == 'continuous':
-    return ContinuousSampler(model_cfg, mesh, shardings, slots=s.decode_slots,
-                             queue_rows=config.train.rows_per_batch,
-                             prefill_step=s.prefill_step, **common)
-  return Sampler(model_cfg, mesh, shardings, rows=config.train.rows_per_batch,
-                 min_prompt_bucket=s.min_prompt_bucket, **common)
 
 
 def run_profile(su: Setup, show_progress: bool = True) -> sgpo_lib.Allocation:

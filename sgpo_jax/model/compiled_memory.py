@@ -1,7 +1,7 @@
 """Compiled memory of the run's own jitted programs at the config's real shapes, no weights.
 
 The dry run's verdict. `compile_programs` builds the sampler and the learner exactly as
-`train.setup` / `train.restore_or_init` do (`train.make_sampler`, `learner.Learner`), then
+`train.setup` / `train.restore_or_init` do (`generate.engines.make_sampler`, `learner.Learner`), then
 lowers and compiles their jitted functions on `jax.ShapeDtypeStruct` arguments with the
 run's shardings and reads XLA's `memory_analysis()`. So the numbers follow the code (KV
 cache layout, attention, remat, micro-batching, packing) as it changes, on the present
@@ -104,8 +104,8 @@ def _sampling_config(config):
 
 
 def _sampler_program(config, cfg, mesh, params, shardings, resident: int) -> Program:
-  from sgpo_jax import train  # the trainer's own factory (train imports this module's user)
-  sampler = train.make_sampler(_sampling_config(config), cfg, mesh, shardings, _SHAPE_TOKENIZER)
+  from sgpo_jax.generate import engines  # the trainer's own factory
+  sampler = engines.make_sampler(_sampling_config(config), cfg, mesh, shardings, _SHAPE_TOKENIZER)
   # The sampler reads a copy of the weights in its dtype (one per RL step, resident beside
   # the float32 masters while it runs) and a KV cache it is given and donates.
   sampling_params = jax.tree.map(
