@@ -285,6 +285,12 @@ INTENDED_CHANGES = {
     'dry_run_device': '',
     'train.overlong_mask': False,
     'train.overlong_penalty_len': 0,
+    # The model's attention kernel and layer scan, and the weights' dtype while sampling.
+    'model.attention_impl': 'chunked',
+    'model.attention_q_chunk': 128,
+    'model.attention_kv_chunk': 512,
+    'model.scan_unroll': 1,
+    'sampling.param_dtype': 'auto',
 }
 
 

@@ -95,6 +95,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.attention_impl = 'chunked'
   c.model.attention_q_chunk = 128  # chunked: queries per block
   c.model.attention_kv_chunk = 512  # chunked: keys per block
+  c.model.scan_unroll = 1  # layers per step of the layer scan (1: a loop; n_layers: unrolled)
   c.model.init_std = 0.02
   c.model.hf_path = ''  # local HF checkpoint to start from (sgpo_jax/model/hf.py)
 

@@ -35,8 +35,8 @@ from sgpo_jax import tasks
 def cache_key(config) -> str:
   relevant = {k: config[k].to_dict() for k in ('model', 'data', 'warm_start', 'tokenizer')}
   relevant['warm_start'].pop('cache_dir', None)
-  for name in ('attention_impl', 'attention_q_chunk', 'attention_kv_chunk'):
-    relevant['model'].pop(name, None)  # how attention is computed, not which policy it is
+  for name in ('attention_impl', 'attention_q_chunk', 'attention_kv_chunk', 'scan_unroll'):
+    relevant['model'].pop(name, None)  # how the model is computed, not which policy it is
   relevant['warm_start'].pop('shipped', None)  # where the policy comes from, not what it is
   if not relevant['warm_start'].get('level_fractions', ()):
     relevant['warm_start'].pop('level_fractions', None)  # keys of whole-pool caches stay as they were
