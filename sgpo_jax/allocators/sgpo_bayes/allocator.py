@@ -535,7 +535,7 @@ class BayesAllocator(Allocator):
 
   def _plan(self, posterior: tuple[np.ndarray, np.ndarray]) -> BatchPlan:
     """One training round: G for `window` candidates (`_window`), R rows at most."""
-    st, cfg = self.state, self.settings
+    cfg = self.settings
     a_Q, b_Q = posterior
     window = self._window(a_Q, b_Q)
     g_P = bayes.choose_group_sizes(a_Q[window], b_Q[window], cfg.group_sizes,
