@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import sys
-import time
 import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,6 +39,7 @@ sys.path.insert(0, ROOT)
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from bench_accelerator import best_time  # noqa: E402  (this folder is on sys.path)
 from sgpo_jax.generate import engines  # noqa: E402
 from sgpo_jax.config.args import load_sibling_config  # noqa: E402
 from sgpo_jax.model import compiled_memory  # noqa: E402
@@ -100,16 +100,6 @@ def chip(args) -> dict:
 def peak_bytes() -> int | None:
   stats = jax.devices()[0].memory_stats()
   return int(stats['peak_bytes_in_use']) if stats and 'peak_bytes_in_use' in stats else None
-
-
-def best_time(fn, repeats: int) -> float:
-  jax.block_until_ready(fn())  # compile + warm up
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - start)
-  return min(times)
 
 
 def decode_roofline(cfg: model_lib.ModelConfig, weight_bytes: int, rows: int, prompt_len: int,
