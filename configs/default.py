@@ -15,7 +15,7 @@ from sgpo_jax.config.args import load_sibling_config, parse_arg
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = parse_arg(arg, method='sgpo', regime='', runlocal=False)
+  args = parse_arg(arg, method='sgpo_bayes', regime='', runlocal=False)
   if args['regime']:
     return load_sibling_config(__file__, 'regimes').get_config(arg)
   return defaults.get_config(f"method={args['method']},runlocal={int(args['runlocal'])}")

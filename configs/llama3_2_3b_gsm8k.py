@@ -30,7 +30,7 @@ the device (`--config.dry_run_device=h100-80gb|h200|v5e|v4` from another machine
 non-zero with the settings to change when one does not fit.
 
 Variants (`configs/llama3_2_3b_gsm8k.py:method=grpo,gpu=1,instruct=1,loss=gspo`):
-  method=sgpo|grpo|dapo, gpu=1, loss=ppo|gspo|cispo   as in `configs/qwen3_0_6b_gsm8k.py`
+  method=sgpo_bayes|sgpo|grpo|dapo, gpu=1, loss=ppo|gspo|cispo   as in `configs/qwen3_0_6b_gsm8k.py`
   instruct=1   Llama-3.2-3B-Instruct: apply its chat template (the base model has none, so
                the default sends the bare question)
 """
@@ -80,7 +80,7 @@ def set_llama3_2_3b(c: ml_collections.ConfigDict, hf_path: str = HF_PATH) -> Non
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = parse_arg(arg, method='sgpo', gpu=False, loss='ppo', instruct=False)
+  args = parse_arg(arg, method='sgpo_bayes', gpu=False, loss='ppo', instruct=False)
   losses = _sibling_config('qwen3_0_6b_gsm8k').LOSSES
   if args['loss'] not in losses:
     raise ValueError(f"config arg loss={args['loss']!r}: use one of {sorted(losses)}.")

@@ -46,7 +46,7 @@ def _gsm8k_config_module():
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = parse_arg(arg, method='sgpo', gpu=False)
+  args = parse_arg(arg, method='sgpo_bayes', gpu=False)
   c = _gsm8k_config_module().get_config(f"method={args['method']}")
 
   c.data.source = 'hf'

@@ -32,7 +32,7 @@ updates far below bfloat16's 2^-8 relative precision, so bf16 weights would roun
 updates away; f32 costs 6 GB more in total, which both targets have.
 
 Variants (`configs/qwen2_5_math_1_5b_gsm8k.py:method=grpo,gpu=1`):
-  method=sgpo|grpo|dapo   allocator
+  method=sgpo_bayes|sgpo|grpo|dapo   allocator (default sgpo_bayes)
   gpu=1                   single 80-140 GB GPU mesh and micro-batching
 """
 
@@ -72,7 +72,7 @@ def set_qwen2_5_math_1_5b(c: ml_collections.ConfigDict) -> None:
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = parse_arg(arg, method='sgpo', gpu=False)
+  args = parse_arg(arg, method='sgpo_bayes', gpu=False)
   c = default_config.get_config(f"method={args['method']}")
   set_qwen2_5_math_1_5b(c)
 

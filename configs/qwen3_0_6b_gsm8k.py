@@ -30,7 +30,7 @@ the device (`--config.dry_run_device=h100-80gb|h200|v5e|v4` from another machine
 non-zero with the settings to change when one does not fit.
 
 Variants (`configs/qwen3_0_6b_gsm8k.py:method=grpo,gpu=1,loss=cispo,thinking=1`):
-  method=sgpo|grpo|dapo   allocator
+  method=sgpo_bayes|sgpo|grpo|dapo   allocator (default sgpo_bayes)
   gpu=1                   single-GPU mesh (1x1x1)
   loss=ppo|gspo|cispo     ppo: token-level clipped surrogate (0.2 / 0.28 clip-higher);
                           gspo: importance_level=sequence, the GSPO paper's bounds 3e-4 / 4e-4,
@@ -49,8 +49,9 @@ HF_PATH = '/path/to/Qwen3-0.6B'  # placeholder: a local checkpoint directory
 LOSSES = {
     'ppo': {'policy_loss': 'ppo', 'importance_level': 'token', 'clip_eps_low': 0.2,
             'clip_eps_high': 0.28, 'loss_agg': 'token_mean'},
+    # The packed step has no per-sequence ratio yet, so GSPO runs unpacked.
     'gspo': {'policy_loss': 'ppo', 'importance_level': 'sequence', 'clip_eps_low': 3e-4,
-             'clip_eps_high': 4e-4, 'loss_agg': 'seq_mean_token_mean'},
+             'clip_eps_high': 4e-4, 'loss_agg': 'seq_mean_token_mean', 'packing': False},
     'cispo': {'policy_loss': 'cispo', 'importance_level': 'token', 'clip_eps_low': 1.0,
               'clip_eps_high': 0.28, 'loss_agg': 'token_mean'},
 }
@@ -90,7 +91,7 @@ def set_qwen3(c: ml_collections.ConfigDict, d_model: int = 1024, d_ff: int = 307
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = parse_arg(arg, method='sgpo', gpu=False, loss='ppo', thinking=False)
+  args = parse_arg(arg, method='sgpo_bayes', gpu=False, loss='ppo', thinking=False)
   if args['loss'] not in LOSSES:
     raise ValueError(f"config arg loss={args['loss']!r}: use one of {sorted(LOSSES)}.")
   base = _sibling_config('qwen2_5_math_1_5b_gsm8k')

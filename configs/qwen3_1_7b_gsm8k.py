@@ -40,6 +40,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   thinking = c.tokenizer.enable_thinking
   small.set_qwen3(c, d_model=2048, d_ff=6144, hf_path=HF_PATH)
   c.tokenizer.enable_thinking = thinking
-  gpu = parse_arg(arg, method='sgpo', gpu=False, loss='ppo', thinking=False)['gpu']
+  gpu = parse_arg(arg, method='sgpo_bayes', gpu=False, loss='ppo', thinking=False)['gpu']
   c.train.micro_batches = 8 if gpu else 16  # 32 rows per GPU / 2 per v5e chip
   return c

@@ -31,7 +31,7 @@ REGIME_EVAL_FRACTIONS = (tuple(round(0.01 * 20.0 ** (i / 13), 4) for i in range(
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = parse_arg(arg, regime='default', method='sgpo', runlocal=False)
+  args = parse_arg(arg, regime='default', method='sgpo_bayes', runlocal=False)
   c = defaults.get_config(f"method={args['method']}")
   apply_regime(c, args['regime'])
   if args['runlocal']:

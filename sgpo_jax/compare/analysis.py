@@ -187,8 +187,8 @@ def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = '
         'flops_profile_mean': float(np.mean([x['flops']['profile'] for x in s])),
         'steps_mean': float(np.mean([x['steps'] for x in s])),
         'padding_fraction_mean': float(np.mean([x['padding_fraction'] for x in s])),
-        'wall_seconds': {'mean': float(np.mean([_rl_wall(x) for x in s])),
-                         'per_seed': [_rl_wall(x) for x in s]},
+        'wall_seconds': {'mean': float(np.mean([run_wall_seconds(x) for x in s])),
+                         'per_seed': [run_wall_seconds(x) for x in s]},
         'mean_curve': [_finite(v, nan=True) for v in mean_curve],
         'band_curve': {'lo': [_finite(v, nan=True) for v in np.nanmin(curves[arm], axis=0)],
                        'hi': [_finite(v, nan=True) for v in np.nanmax(curves[arm], axis=0)]},
@@ -261,12 +261,19 @@ def batch_diagnostics(workdirs: list[str]) -> dict[str, Any]:
           'greso_skip_share': mean(skip)}
 
 
-def _rl_wall(summary: dict[str, Any]) -> float:
-  """Wall seconds of the run without building the shared warm start (the first run of a
-  regime pays for it; the others load it from the cache)."""
-  init = summary.get('initial_policy') or {}
-  built = 0.0 if init.get('cached', True) else float(init.get('seconds', 0.0))
-  return float(summary['wall_seconds']) - built
+def run_wall_seconds(summary: dict[str, Any]) -> float:
+  """Wall seconds of the run's RL loop, profiling and evals included, summed over every
+  sitting of a resumed run (train.py checkpoints the running total).
+
+  The initial policy is built or loaded before that clock starts, so nothing is subtracted:
+  its `seconds` may come from another machine (a shipped warm start records the reference
+  machine's build time), which once made this negative.
+  """
+  seconds = float(summary['wall_seconds'])
+  if not seconds > 0:
+    raise ValueError(f"summary wall_seconds={seconds!r}: a finished run's wall clock must be "
+                     '> 0; rerun it (its workdir is incomplete or was edited).')
+  return seconds
 
 
 def _finite(x: float, nan: bool = False) -> float | None:

@@ -21,24 +21,29 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
                              'sgpo.curriculum': True}),
     'greso': ('greso', {}),
     'knapsack': ('knapsack', {}),
-    'sgpo_bayes': ('sgpo_bayes', {}),  # beyond the paper (issue 15)
+    # Beyond the paper, as first measured (G in {4, 8}; the default is now {2, 4}).
+    'sgpo_bayes': ('sgpo_bayes', {'sgpo_bayes.group_sizes': (4, 8)}),
     # Its ablation: the earlier default floor, which deprioritises a prompt after two
     # all-equal groups in a row (revisited GRESO-style).
-    'sgpo_bayes_floor25': ('sgpo_bayes', {'sgpo_bayes.informative_floor': 0.25}),
+    'sgpo_bayes_floor25': ('sgpo_bayes', {'sgpo_bayes.informative_floor': 0.25,
+                                          'sgpo_bayes.group_sizes': (4, 8)}),
     # Control for sgpo_bayes: DAPO at the group size its posterior mostly picks.
     'dapo_g4': ('dapo', {'dapo.group_size': 4}),
     # sgpo_bayes with an empirical-Bayes prior per difficulty level and the prioritised
     # window, and its ablation without the pooled prior (priority from own evidence only).
     'sgpo_bayes_pooled': ('sgpo_bayes', {'sgpo_bayes.pooled_prior': 'difficulty',
-                                         'sgpo_bayes.prioritise': True}),
-    'sgpo_bayes_priority': ('sgpo_bayes', {'sgpo_bayes.prioritise': True}),
+                                         'sgpo_bayes.prioritise': True,
+                                         'sgpo_bayes.group_sizes': (4, 8)}),
+    'sgpo_bayes_priority': ('sgpo_bayes', {'sgpo_bayes.prioritise': True,
+                                           'sgpo_bayes.group_sizes': (4, 8)}),
     # sgpo_bayes_pooled whose epochs end before their all-equal tail (epoch_cut 0.3: just
     # above an unseen prompt's P_inf(4) after one all-equal group, 0.278).
     'sgpo_bayes_cut': ('sgpo_bayes', {'sgpo_bayes.pooled_prior': 'difficulty',
                                       'sgpo_bayes.prioritise': True,
-                                      'sgpo_bayes.epoch_cut': 0.3}),
-    # sgpo_bayes allowed G=2 as well: cheaper steps under the packed train step, where
-    # padded rows cost nothing (chosen on seeds 0-1 among G {4}, {2,4}, {4} with 3 rounds
+                                      'sgpo_bayes.epoch_cut': 0.3,
+                                      'sgpo_bayes.group_sizes': (4, 8)}),
+    # The default (recommended) allocator: sgpo_bayes allowed G=2 as well: cheaper steps
+    # under the packed train step, where padded rows cost nothing (chosen on seeds 0-1 among G {4}, {2,4}, {4} with 3 rounds
     # and train.mu=2; then measured on fresh seeds 5-19:
     # studies/allocator_comparison/sweeps/compare_packed_confirm/).
     'sgpo_bayes_g24': ('sgpo_bayes', {'sgpo_bayes.group_sizes': (2, 4)}),
@@ -66,7 +71,7 @@ ARM_NOTES = {
     'sgpo_bayes_cut': ('sgpo_bayes_pooled whose epoch ends once its best ready prompt\'s '
                        'P_inf(4) < 0.3 (the all-equal tail); what it leaves is decayed once, '
                        'so it comes back in later epochs'),
-    'sgpo_bayes_g24': 'sgpo_bayes with G in {2, 4} (instead of {4, 8})',
+    'sgpo_bayes_g24': 'sgpo_bayes with G in {2, 4}: the default config (recommended)',
 }
 
 # Smoke mode: the tiny model of tests/test_train.py, a few steps, one seed.

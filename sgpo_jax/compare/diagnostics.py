@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax.compare.analysis import _rl_wall
+from sgpo_jax.compare.analysis import run_wall_seconds
 from sgpo_jax.compare.arms import parse_seeds
 
 
@@ -52,7 +52,7 @@ def run_diagnostics(workdir: str) -> dict[str, float]:
       'padding': float(np.mean([r['padding_fraction'] for r in rows])),
       'sparse_steps': sparse_share([r['padding_fraction'] for r in rows]),
       'steps': float(len(rows)),
-      'wall_s': _rl_wall(summary),
+      'wall_s': run_wall_seconds(summary),
   }
   if 'dapo_dropped_groups' in rows[0]:
     dropped = sum(r['dapo_dropped_groups'] for r in rows)

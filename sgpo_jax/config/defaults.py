@@ -8,7 +8,8 @@ Runs end to end on a 2-core CPU in about ten minutes, no downloads:
 
 Variants (arg string, parsed strictly by `config.args.parse_arg`; an unknown key is an
 error): `configs/default.py:method=grpo,runlocal=1`
-  method=sgpo|grpo|dapo|greso|knapsack|sgpo_bayes   which allocator drives the RL loop
+  method=sgpo_bayes|sgpo|grpo|dapo|greso|knapsack   which allocator drives the RL loop
+                          (default sgpo_bayes, G in {2, 4}: the recommended path)
   runlocal=1              shrink everything for a smoke run (tests, notebooks)
 Any field can be overridden: `--config.train.num_steps=50 --config.seed=1`.
 
@@ -23,9 +24,9 @@ from sgpo_jax.config.args import parse_arg
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = parse_arg(arg, method='sgpo', runlocal=False)
+  args = parse_arg(arg, method='sgpo_bayes', runlocal=False)
   c = ml_collections.ConfigDict()
-  c.method = args['method']  # sgpo|grpo|dapo|greso|knapsack|sgpo_bayes: RL allocator
+  c.method = args['method']  # sgpo_bayes|sgpo|grpo|dapo|greso|knapsack: RL allocator
   c.regime = ''  # '' = the README run; else the comparison regime (configs/regimes.py)
   c.seed = 0
   c.dry_run = False  # build abstractly, print memory/FLOPs table, exit
@@ -178,8 +179,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.overlong_mask = False
   c.train.overlong_penalty_len = 0
   # Packed train step: real tokens only, rows laid end to end with segment ids (same loss).
-  c.train.packing = False
-  c.train.pack_rows = 1  # packed rows per buffer (a scan runs over the buffers)
+  c.train.packing = True
+  c.train.pack_rows = 8  # packed rows per buffer (a scan runs over the buffers)
   c.train.pack_len = 0  # tokens per packed row; 0 = max_prompt_len + max_new_tokens
   c.train.early_stop = ml_collections.ConfigDict()
   # Off by default (comparison runs must reach their budget); how each rule was validated:

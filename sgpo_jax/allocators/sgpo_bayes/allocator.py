@@ -67,7 +67,7 @@ class BayesSettings(AllocatorSettings):
   section: ClassVar[str] = 'sgpo_bayes'
   prior_alpha: float = 0.5  # Beta prior of every prompt's success rate (Jeffreys)
   prior_beta: float = 0.5
-  group_sizes: tuple[int, ...] = (4, 8)  # candidate G; rows_per_batch must be a multiple of each
+  group_sizes: tuple[int, ...] = (2, 4)  # candidate G; rows_per_batch must be a multiple of each
   signal_exponent: float = 0.0  # group value = P_inf * G**this (0: informative groups)
   profile_min_samples: int = 1  # adaptive profile: samples before a prompt may settle
   profile_max_samples: int = 4  # ... and at most (then a training candidate)
