@@ -308,7 +308,7 @@ def test_make_allocator_dispatches_on_method():
   assert isinstance(grpo, allocators.GRPOAllocator) and grpo.prompts_per_batch == 16
   dapo = allocators.make_allocator(default_config('method=dapo'), num_queries=100)
   assert isinstance(dapo, allocators.DAPOAllocator) and dapo.max_rounds == 4
-  config = default_config()
+  config = default_config('method=sgpo')
   config.sgpo.curriculum = True  # the default is the shuffled mix
   with pytest.raises(ValueError, match='needs the profile'):
     allocators.make_allocator(config, 12)

@@ -1,5 +1,6 @@
 """Tests for sgpo_jax/allocators/sgpo_bayes/allocator.py: lazy adaptive profile, G choice, revisits, resume."""
 
+import functools
 import hashlib
 import json
 
@@ -35,6 +36,11 @@ def fake_rollout(alloc, kinds, calls):
   return rollout_fn
 
 
+# G in {4, 8}: the sizes the hand-worked layouts and probabilities below assume (the
+# allocator's default is {2, 4}, whose own defaults are tested where named).
+Settings48 = functools.partial(BayesSettings, group_sizes=(4, 8))
+
+
 def plan_of(filled):
   """(query per prompt, G per prompt) of a filled batch, from its row layout."""
   layout = filled.layout
@@ -47,7 +53,7 @@ def plan_of(filled):
 def make(num_queries=32, rows=16, **overrides):
   # Floor 0.25 (the pre-0.2 default): these tests exercise deprioritising and revisits, which
   # the default floor 0.1 almost never triggers (see the test of the default below).
-  settings = BayesSettings(**{'window': 8, 'informative_floor': 0.25, **overrides})
+  settings = Settings48(**{'window': 8, 'informative_floor': 0.25, **overrides})
   return BayesAllocator(num_queries, rows, settings, seed=3)
 
 
@@ -133,21 +139,21 @@ def test_state_round_trips_and_resumes_exactly(profile, train_cost_per_row):
   resumed.load_state_dict(state)
   assert run(resumed, 7, []) == full_plans[5:]
   with pytest.raises(ValueError, match='seed=3'):
-    other = BayesAllocator(40, 16, BayesSettings(), seed=4)
+    other = BayesAllocator(40, 16, Settings48(), seed=4)
     other.load_state_dict(state)
 
 
 def test_settings_errors_name_the_field():
   with pytest.raises(ValueError, match='profile_min_samples'):
-    BayesSettings(profile_min_samples=5, profile_max_samples=4)
+    Settings48(profile_min_samples=5, profile_max_samples=4)
   with pytest.raises(ValueError, match='group_sizes'):
-    BayesSettings(group_sizes=(1, 4))
+    Settings48(group_sizes=(1, 4))
   c = default_config.get_config('method=sgpo_bayes')
   c.sgpo_bayes.settle_low = 0.9
   with pytest.raises(ValueError, match='settle_low'):
     allocators.make_allocator(c, 64)
-  with pytest.raises(ValueError, match='rows_per_batch=12'):
-    BayesAllocator(8, 12, BayesSettings(), seed=0)
+  with pytest.raises(ValueError, match='rows_per_batch=10'):
+    BayesAllocator(8, 10, Settings48(), seed=0)  # not a multiple of G=4
 
 
 def test_make_allocator_builds_it_from_the_config():
@@ -313,18 +319,18 @@ def test_floor_must_be_below_an_unseen_prompts_informative_probability():
   # Jeffreys prior, G = 2: P_inf = 1 - 2 * (0.5 * 1.5) / (1 * 2) = 0.25; a floor of 0.25
   # would deprioritise a prompt after a single all-equal pair.
   with pytest.raises(ValueError, match=r'informative_floor=0.25 must be below 0.250'):
-    BayesSettings(group_sizes=(2, 4, 8), informative_floor=0.25)
-  assert BayesSettings(group_sizes=(2, 4, 8), informative_floor=0.2).group_sizes == (2, 4, 8)
+    Settings48(group_sizes=(2, 4, 8), informative_floor=0.25)
+  assert Settings48(group_sizes=(2, 4, 8), informative_floor=0.2).group_sizes == (2, 4, 8)
   # G = 4: 0.453 (the default sizes are fine).
   with pytest.raises(ValueError, match=r'below 0.453'):
-    BayesSettings(informative_floor=0.46)
+    Settings48(informative_floor=0.46)
 
 
 def test_new_settings_are_range_checked():
   with pytest.raises(ValueError, match='max_rounds=0'):
-    BayesSettings(max_rounds=0)
+    Settings48(max_rounds=0)
   with pytest.raises(ValueError, match='post_filter=1'):
-    BayesSettings(post_filter=1)
+    Settings48(post_filter=1)
   with pytest.raises(ValueError, match="profile='no'"):
     BayesSettings.from_config({'profile': 'no'})
 
@@ -407,15 +413,15 @@ def test_skip_side_easy_deprioritises_only_mostly_solved_prompts(skip_side):
   # 'easy': the unsolved prompt (posterior mean 0.056 < 1/2) stays a candidate.
   assert st.status[2] == (DEPRIORITISED if skip_side == 'both' else CANDIDATE)
   with pytest.raises(ValueError, match="skip_side='hard'"):
-    BayesSettings(skip_side='hard')
+    Settings48(skip_side='hard')
 
 
 def test_default_floor_keeps_a_prompt_of_any_all_equal_streak_in_the_walk():
   # Default floor 0.1, evidence_decay 0.5: a run of all-equal G=4 groups converges to
   # Beta(0.5 + 4 / (1 - 0.5), 0.5) = Beta(8.5, 0.5), P_inf(4) = 1 - (8.5*9.5*10.5*11.5 +
   # .5*1.5*2.5*3.5) / (9*10*11*12) = 0.179 > 0.1: never deprioritised.
-  assert BayesSettings().informative_floor == 0.1
-  alloc = BayesAllocator(8, 8, BayesSettings(window=8), seed=3)
+  assert Settings48().informative_floor == 0.1
+  alloc = BayesAllocator(8, 8, Settings48(window=8), seed=3)
   st = alloc.state
   st.status[1] = CANDIDATE
   plan = allocators.BatchPlan(np.array([1]), np.array([4], np.int32), 'bayes')
@@ -432,19 +438,19 @@ def test_default_floor_keeps_a_prompt_of_any_all_equal_streak_in_the_walk():
 
 
 def test_strata_from_difficulty_pool_or_none_and_the_error_without_any():
-  settings = BayesSettings(pooled_prior='difficulty')
+  settings = Settings48(pooled_prior='difficulty')
   alloc = BayesAllocator(5, 16, settings, seed=0, strata=[3, None, 1, 3, 1])
   assert alloc.stratum_Q.tolist() == [1, 2, 0, 1, 0]  # sorted levels, None last
-  assert BayesAllocator(3, 16, BayesSettings(pooled_prior='pool')).stratum_Q.tolist() == [0] * 3
-  assert BayesAllocator(3, 16, BayesSettings()).stratum_Q is None
+  assert BayesAllocator(3, 16, Settings48(pooled_prior='pool')).stratum_Q.tolist() == [0] * 3
+  assert BayesAllocator(3, 16, Settings48()).stratum_Q is None
   with pytest.raises(ValueError, match="no training query has a difficulty.*'pool'"):
     BayesAllocator(3, 16, settings, strata=[None, None, None])
   with pytest.raises(ValueError, match='one difficulty per training query \\(3\\); got 2'):
     BayesAllocator(3, 16, settings, strata=[1, 2])
   with pytest.raises(ValueError, match='pooled_prior'):
-    BayesSettings(pooled_prior='level')
+    Settings48(pooled_prior='level')
   with pytest.raises(ValueError, match='pooled_prior_strength'):
-    BayesSettings(pooled_prior_strength=-1.0)
+    Settings48(pooled_prior_strength=-1.0)
 
 
 def test_make_allocator_passes_the_strata_to_sgpo_bayes_only():
@@ -461,7 +467,7 @@ def _strata_run(pooled_prior, prioritise, batches=2):
   the allocator and the level-2 share of each batch's prompts after the first."""
   n = 64
   kinds = [TRIVIAL if q % 2 == 0 else COIN for q in range(n)]
-  alloc = BayesAllocator(n, 16, BayesSettings(window=8, pooled_prior=pooled_prior,
+  alloc = BayesAllocator(n, 16, Settings48(window=8, pooled_prior=pooled_prior,
                                               prioritise=prioritise, post_filter=False),
                          seed=3, strata=[1 + q % 2 for q in range(n)])
   shares = []
@@ -491,7 +497,7 @@ def test_pooled_prior_never_deprioritises_a_prompt_its_own_evidence_keeps():
   # P_inf 0.2779 (kept); its pooled posterior (a solved level) is below the floor.
   n = 32
   kinds = [TRIVIAL] * n
-  alloc = BayesAllocator(n, 16, BayesSettings(window=8, informative_floor=0.25,
+  alloc = BayesAllocator(n, 16, Settings48(window=8, informative_floor=0.25,
                                               pooled_prior='pool', post_filter=False),
                          seed=3)
   queries, sizes = plan_of(alloc.fill_batch(fake_rollout(alloc, kinds, [])))
@@ -515,7 +521,7 @@ def test_pooled_prioritised_state_resumes_exactly(epoch_cut):
   floor = 0.1 if epoch_cut else 0.25
 
   def fresh():
-    return BayesAllocator(40, 16, BayesSettings(window=8, informative_floor=floor, **opts),
+    return BayesAllocator(40, 16, Settings48(window=8, informative_floor=floor, **opts),
                           seed=3, strata=strata)
 
   def run(alloc, steps):
@@ -531,7 +537,7 @@ def test_pooled_prioritised_state_resumes_exactly(epoch_cut):
   resumed.load_state_dict(json.loads(json.dumps(half.state_dict())))
   assert run(resumed, steps - 5) == full_plans[5:]
   # A different pooled prior changes the plans (the test above is not vacuous).
-  plain = BayesAllocator(40, 16, BayesSettings(window=8, informative_floor=0.25), seed=3)
+  plain = BayesAllocator(40, 16, Settings48(window=8, informative_floor=0.25), seed=3)
   assert run(plain, 12) != full_plans
 
 
@@ -557,7 +563,7 @@ def _halves_rollout(kinds, calls):
 def _served_by_epoch(epoch_cut, batches=12):
   n = 16
   kinds = [TRIVIAL if q % 2 == 0 else 'half' for q in range(n)]
-  alloc = BayesAllocator(n, 16, BayesSettings(window=8, prioritise=True, post_filter=False,
+  alloc = BayesAllocator(n, 16, Settings48(window=8, prioritise=True, post_filter=False,
                                               epoch_cut=epoch_cut, group_sizes=(4,)), seed=3)
   served: dict[int, list[int]] = {}
   for _ in range(batches):
@@ -595,6 +601,6 @@ def test_epoch_cut_skips_the_all_equal_tail_and_decays_what_it_leaves():
 
 def test_epoch_cut_is_range_checked_and_needs_prioritise():
   with pytest.raises(ValueError, match=r'epoch_cut=0.5 must be in \[0, 0.453\)'):
-    BayesSettings(prioritise=True, epoch_cut=0.5)
+    Settings48(prioritise=True, epoch_cut=0.5)
   with pytest.raises(ValueError, match='epoch_cut=0.3 needs sgpo_bayes.prioritise=True'):
-    BayesSettings(epoch_cut=0.3)
+    Settings48(epoch_cut=0.3)

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The pre-registered headline sweep (PREREGISTERED.md), resumable across sittings and machines:
+#   bash studies/allocator_comparison/headline/sweep.sh RUNS CODE
+# RUNS: a runs folder (finished runs archived under runs/ here are restored into it first);
+# CODE: a checkout of the pre-registered commit, passed to the runner as --code-dir.
+# Every finished run is archived here as it lands (archive_runs.py); the tables are
+# regenerated from the runs after each one.
+set -euo pipefail
+RUNS=${1:?runs dir}
+CODE=${2:?frozen checkout}
+HERE=$(cd "$(dirname "$0")" && pwd)
+ARMS=grpo,dapo,dapo_g4,greso,knapsack,sgpo,sgpo_bayes_g24
+mkdir -p "$RUNS"
+python "$HERE/archive_runs.py" restore "$RUNS"
+(while sleep 60; do python "$HERE/archive_runs.py" save "$RUNS" > /dev/null; done) &
+SAVER=$!
+trap 'kill $SAVER 2>/dev/null; python "$HERE/archive_runs.py" save "$RUNS"' EXIT
+cd "$CODE"
+python -m sgpo_jax.compare run --regimes paper_like --arms "$ARMS" --seeds 100-109 \
+  --runs-dir "$RUNS" --code-dir "$CODE" --results-dir "$HERE/paper_like"
+python -m sgpo_jax.compare run --regimes default,small_pool --arms "$ARMS" --seeds 100-104 \
+  --runs-dir "$RUNS" --code-dir "$CODE" --results-dir "$HERE/others"
