@@ -66,7 +66,7 @@ def test_packed_step_equals_padded_step(loss_agg, kl_coef):
                             batch['completion_mask_RxT1']).astype(np.float32)
   batch['rewards_R'] = rng.uniform(0, 1, R).astype(np.float32)
   common = dict(loss_agg=loss_agg, kl_coef=kl_coef, clip_eps_low=0.05, clip_eps_high=0.05)
-  padded, s_pad, before = _sgd_learner(run_config(**common))
+  padded, s_pad, before = _sgd_learner(run_config(packing=False, **common))
   packed, s_pack, _ = _sgd_learner(run_config(packing=True, pack_rows=2, pack_len=2 * (P + N),
                                               **common))
   s_pad, m_pad = padded.train_step(s_pad, batch)
