@@ -126,8 +126,9 @@ def _sampler_program(config, cfg, mesh, params, shardings, resident: int) -> Pro
     args = (sampling_params, cache, _sds((rows, p), jnp.int32, by_row),
             _sds((rows,), jnp.int32, by_row), _sds((rows,), jnp.int32, by_row), n_real,
             key) + scalars
-    note = (f'continuous: {sampler.slots} decode slots per shard x {shards} data shards, '
-            f'{rows} queued rows')
+    note = f'continuous: {sampler.slots} decode slots, {rows} queued rows' + (
+        f' (each of {shards} data shards: {sampler.slots} slots, {rows // shards} rows)'
+        if shards > 1 else '')
   else:
     p = int(sampler.buckets[-1])
     b2, b1 = sharding_lib.batch_sharding(mesh, 2), sharding_lib.batch_sharding(mesh, 1)
