@@ -94,7 +94,8 @@ class Setup:
 def check_config(config, num_devices: int | None = None) -> None:
   """The config check, its ValueError raised as errors.ConfigError (one line in the CLI)."""
   with errors.config_errors():
-    config_check.check_config(config, num_devices)
+    processes = jax.process_count() if num_devices is not None else 1
+    config_check.check_config(config, num_devices, processes)
     allocators_lib.allocator_class(config.method)  # an unknown method fails before compute
 
 

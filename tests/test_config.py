@@ -91,11 +91,38 @@ def test_rows_not_multiple_of_group_size_and_method():
 
 def test_rows_must_divide_over_batch_devices():
   c = config()
-  c.train.rows_per_batch = 8
+  c.train.rows_per_batch = 24
   c.sgpo.group_sizes = (2, 4, 8)
   c.mesh.shape = (16, 1, 1)
   with pytest.raises(ValueError, match='not divisible by the mesh batch axes size 16'):
     config_check.check_config(c, num_devices=16)
+
+
+def test_more_processes_than_rows_stops_before_compute():
+  """The default path (sgpo_bayes, packed) on 8 processes of one device with 4 rows."""
+  c = default_config.get_config()
+  c.train.rows_per_batch = 4
+  config_check.check_config(c, num_devices=4, num_processes=4)
+  with pytest.raises(ValueError, match=r'train.rows_per_batch=4 is fewer than the 8 data-'
+                     r'parallel shards \(mesh.shape=\(8, 1, 1\) over 8 processes\).*set '
+                     r'train.rows_per_batch to a multiple of 8'):
+    config_check.check_config(c, num_devices=8, num_processes=8)
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('pack_len', 19, r'train.pack_len=19 is shorter than the longest row \(sampling.'
+     r'max_prompt_len \+ sampling.max_new_tokens = 20\); set train.pack_len >= 20 or 0'),
+    ('pack_len', -1, r'train.pack_len=-1 is shorter than the longest row'),
+    ('pack_rows', 0, r'train.pack_rows=0 must be >= 1.*set train.pack_rows=8'),
+])
+def test_bad_pack_shape_stops_before_compute(field, value, message):
+  c = default_config.get_config()
+  assert c.train.packing and c.sampling.max_prompt_len + c.sampling.max_new_tokens == 20
+  c.train[field] = value
+  with pytest.raises(ValueError, match=message):
+    config_check.check_config(c)
+  with pytest.raises(ValueError, match=message):
+    config_check.check_config(c, num_devices=2, num_processes=2)
 
 
 def test_cli_rejects_unknown_override_before_compute(tmp_path):

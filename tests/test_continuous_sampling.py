@@ -4,6 +4,11 @@ slot reuse, and a ledger whose useful tokens are exactly the real ones."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import jax
 import numpy as np
 import pytest
@@ -14,6 +19,7 @@ from sgpo_jax.model import flops
 from sgpo_jax.generate import sampler as sampling
 
 MAX_PROMPT, N_NEW = 8, 6
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _prompts(seed: int, lengths) -> list[list[int]]:
@@ -101,3 +107,55 @@ def test_ledger_counts_real_tokens(cfg, params, continuous):
 def test_over_long_prompt_is_refused(params, continuous):
   with pytest.raises(ValueError, match='max_prompt_len'):
     continuous.sample(params, [[BOS] * (MAX_PROMPT + 1)], [0], jax.random.key(0))
+
+
+def test_rows_deal_round_robin_to_data_shards(cfg, param_shardings1):
+  mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ('data',))
+  one = continuous_sampling.ContinuousSampler(
+      cfg, mesh, param_shardings1, slots=2, queue_rows=6, max_prompt_len=MAX_PROMPT,
+      max_new_tokens=N_NEW, stop_ids=[EOS], pad_id=PAD)
+  assert one.shards == 1 and one.queue_order().tolist() == list(range(6))
+  one.shards = 3  # the order a 3-way data mesh uses: shard d holds rows d, d + 3
+  assert one.queue_order().tolist() == [0, 3, 1, 4, 2, 5]
+
+
+@pytest.mark.slow
+def test_data_shards_give_the_one_device_completions():
+  """4 devices as a pure data mesh (4 slot schedules, shard_map) and as data x tp (one
+  replicated schedule): the 1-device completions token for token, and the work counts of
+  the 4 shards add up to each shard's own."""
+  script = textwrap.dedent('''
+      import os
+      os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=4'
+      import jax, numpy as np
+      from sgpo_jax.generate import continuous
+      from sgpo_jax.model import sharding as sl, transformer as ml
+      from tests.conftest import BOS, EOS, PAD, mesh_config, params_for, random_tokens, tiny_config
+      cfg = tiny_config()
+      prompts = [[BOS] + random_tokens(7 + i, n - 1, 16).tolist()
+                 for i, n in enumerate([3, 8, 1, 5, 7, 2, 4, 6, 8, 3, 5])]
+      ids = [5 * i + 3 for i in range(len(prompts))]
+      outs = []
+      for shape in ((1, 1, 1), (4, 1, 1), (2, 1, 2)):
+        mesh = sl.make_mesh(mesh_config(shape), jax.devices()[:int(np.prod(shape))])
+        shardings = sl.param_shardings(ml.abstract_params(cfg), mesh)
+        params = jax.device_put(params_for(cfg), shardings)
+        sampler = continuous.ContinuousSampler(
+            cfg, mesh, shardings, slots=2, queue_rows=8, max_prompt_len=8, max_new_tokens=6,
+            stop_ids=[EOS], pad_id=PAD, bos_id=BOS, prefill_step=4)
+        assert sampler.shards == (4 if shape == (4, 1, 1) else 1)
+        outs.append(sampler.sample(params, prompts, ids, jax.random.key(11), temperature=0.9))
+        assert sampler.compile_count == 1
+      for out in outs[1:]:
+        np.testing.assert_array_equal(out.tokens_RxN, outs[0].tokens_RxN)
+        np.testing.assert_array_equal(out.lengths_R, outs[0].lengths_R)
+        np.testing.assert_allclose(out.logprobs_RxN, outs[0].logprobs_RxN, atol=1e-5)
+        for w, w0 in zip(out.calls, outs[0].calls):
+          assert w['prefills_B'].tolist() == w0['prefills_B'].tolist()
+          assert int(w['busy_slot_steps']) == int(w0['busy_slot_steps'])
+      assert len(set(outs[0].lengths_R.tolist())) > 1
+      print('OK')
+  ''')
+  out = subprocess.run([sys.executable, '-c', script], cwd=REPO, capture_output=True, text=True,
+                       timeout=600)
+  assert out.returncode == 0 and 'OK' in out.stdout, out.stderr[-3000:]

@@ -1,8 +1,10 @@
 """The same run across processes: `sgpo_jax.launch` with jax.distributed on loopback CPU.
 
 2 processes x 2 fake devices must reproduce 1 process x 4 fake devices (same seed): the same
-profile, metrics and final params. Killing one process stops the other and the launcher
-fails; restarting resumes to the uninterrupted result. Only process 0 writes run files.
+metrics and final params, on the default path (sgpo_bayes, packed train step split over
+the data axis) and with the continuous sampler (one slot schedule per data shard) behind
+the paper's sGPO profile. Killing one process stops the other and the launcher fails;
+restarting resumes to the uninterrupted result. Only process 0 writes run files.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ DISTRIBUTED_ENV = ('JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES', 'JAX_PROCESS_
 
 
 
-def _main_args(workdir, cache_dir) -> list[str]:
-  """A tiny sGPO run whose policy solves some problems, so RL steps move the params."""
+def _main_args(workdir, cache_dir, **extra) -> list[str]:
+  """A tiny run on the default path (sgpo_bayes, packed train step) whose policy solves some
+  problems, so RL steps move the params; `extra`: more `--config.` overrides."""
   overrides = dict(
       **{'model.d_model': 32, 'model.n_layers': 2, 'model.d_ff': 64, 'model.n_heads': 4,
          'model.n_kv_heads': 2, 'model.head_dim': 8},
@@ -33,9 +36,8 @@ def _main_args(workdir, cache_dir) -> list[str]:
          'data.format_reward': 0.1},
       **{'warm_start.steps': 80, 'warm_start.cache_dir': str(cache_dir)},
       **{'train.rows_per_batch': 16, 'train.num_steps': 4, 'eval.every_steps': 2,
-         'checkpoint.every_steps': 2, 'sgpo.unsolved_keep_fraction': 1.0,
-         'sgpo.trivial_threshold': 0.99})
-  return (['--config', 'configs/default.py:method=sgpo,runlocal=1', '--workdir', str(workdir)]
+         'checkpoint.every_steps': 2, 'train.pack_rows': 2}, **extra)
+  return (['--config', 'configs/default.py:runlocal=1', '--workdir', str(workdir)]
           + [f'--config.{k}={v}' for k, v in overrides.items()])
 
 
@@ -162,12 +164,12 @@ def runs(tmp_path_factory):
   return root, two, timings
 
 
-@pytest.mark.slow
-def test_two_processes_reproduce_one_process(runs):
-  root, two, _ = runs
-  one_dir, two_dir = root / 'one', root / 'two'
+def _assert_same_run(one_dir, two_dir, two) -> None:
   assert '[p0] ' in two.stdout and '[p1] ' in two.stdout
-  assert (one_dir / 'profile.jsonl').read_text() == (two_dir / 'profile.jsonl').read_text()
+  profiles = [d / 'profile.jsonl' for d in (one_dir, two_dir)]
+  assert profiles[0].exists() == profiles[1].exists()
+  if profiles[0].exists():
+    assert profiles[0].read_text() == profiles[1].read_text()
   one_rows, two_rows = _jsonl(one_dir / 'metrics.jsonl'), _jsonl(two_dir / 'metrics.jsonl')
   assert max(r['step'] for r in two_rows) == 4
   assert any(r.get('grad_norm', 0) > 0 for r in two_rows)  # the RL steps did move params
@@ -176,8 +178,35 @@ def test_two_processes_reproduce_one_process(runs):
   one_sum = json.loads((one_dir / 'summary.json').read_text())
   two_sum = json.loads((two_dir / 'summary.json').read_text())
   assert two_sum['flops'] == pytest.approx(one_sum['flops'])
-  assert two_sum['profile'] == one_sum['profile']
+  assert two_sum.get('profile') == one_sum.get('profile')
   assert two_sum['compiles'] == one_sum['compiles']
+
+
+@pytest.mark.slow
+def test_two_processes_reproduce_one_process(runs):
+  root, two, _ = runs
+  config = json.loads((root / 'two' / 'config.json').read_text())
+  assert config['method'] == 'sgpo_bayes' and config['train']['packing']  # the default path
+  _assert_same_run(root / 'one', root / 'two', two)
+
+
+@pytest.mark.slow
+def test_continuous_sampler_and_profile_across_processes(runs):
+  """The paper's sGPO (a profiling pass) on the continuous sampler: 4 data shards of 2 decode
+  slots each, in one process or two."""
+  root, _, _ = runs
+  extra = {'method': 'sgpo', 'sampling.engine': 'continuous', 'sampling.decode_slots': 2,
+           'sampling.prefill_step': 4, 'sgpo.unsolved_keep_fraction': 1.0,
+           'sgpo.trivial_threshold': 0.99}
+  # The warm starts cached by the default-path runs (the method is not part of their key).
+  _ok(_single_process(_main_args(root / 'c_one', root / 'cache_one', **extra)))
+  two = _launch(_main_args(root / 'c_two', root / 'cache_two', **extra))
+  _ok(two)
+  config = json.loads((root / 'c_two' / 'config.json').read_text())
+  assert config['sampling']['engine'] == 'continuous' and config['train']['packing']
+  _assert_same_run(root / 'c_one', root / 'c_two', two)
+  profile = _jsonl(root / 'c_two' / 'profile.jsonl')
+  assert sorted(r['id'] for r in profile) == list(range(64))
 
 
 @pytest.mark.slow
@@ -193,12 +222,10 @@ def test_only_process_zero_writes_run_files(runs):
     assert not name.endswith(('.tmp', '.1')), name
     assert 'process_1' not in name, name
   assert len([n for n in names if n.startswith('tensorboard/')]) == 1, names
-  for name in ('config.json', 'summary.json', 'report.md', 'profile.jsonl', 'metrics.jsonl'):
+  for name in ('config.json', 'summary.json', 'report.md', 'metrics.jsonl'):
     assert name in names
   rows = _jsonl(workdir / 'metrics.jsonl')  # every line parses: nothing torn or interleaved
   assert [r['step'] for r in rows] == sorted({r['step'] for r in rows})
-  profile = _jsonl(workdir / 'profile.jsonl')
-  assert sorted(r['id'] for r in profile) == list(range(64))
 
 
 def _processes_mentioning(text: str) -> list[int]:

@@ -3,6 +3,11 @@ padded step's on the same rows (fp32), with one compilation for every batch."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import jax
 import numpy as np
 import optax
@@ -41,6 +46,66 @@ def test_pack_batch_layout_by_hand():
   assert packing_lib.padded_token_counts(batch) == (3 * 3, 4)
 
 
+def test_each_data_shard_packs_its_own_rows():
+  """4 rows over 2 shards: rows 0-1 pack into shard 0's buffer rows, rows 2-3 into shard 1's
+  (dim 1 = [shard 0's pack_rows, shard 1's]); the row indices stay the batch's own."""
+  batch = learner_lib.layout_batch([[1], [1, 5], [1], [1, 4]],
+                                   np.array([[7, 2], [9, 2], [3, 2], [6, 2]]),
+                                   np.array([[1, 1], [1, 1], [1, 0], [1, 1]]),
+                                   np.full((4, 2), -0.5, np.float32), 2, 0)
+  batch.update(rewards_R=np.ones(4, np.float32), group_id_R=np.array([0, 0, 1, 1]),
+               valid_R=np.array([True, True, True, True]))
+  shape = packing_lib.PackShape.for_batch(4, 4, pack_rows=1, pack_len=8, shards=2)
+  assert shape == packing_lib.PackShape(buffers=1, rows=1, length=8, shards=2)
+  packed = packing_lib.pack_batch(batch, shape, pad_id=0)
+  assert packed['tokens_MxBxL'].shape == (1, 2, 8)
+  np.testing.assert_array_equal(packed['tokens_MxBxL'][0, 0], [1, 5, 9, 2, 1, 7, 2, 0])
+  np.testing.assert_array_equal(packed['tokens_MxBxL'][0, 1], [1, 4, 6, 2, 1, 3, 0, 0])
+  # Target positions (none at a segment's last token): rows 1, 0 | rows 3, 2.
+  np.testing.assert_array_equal(packed['row_MxBxL1'][0, 0, :6], [1, 1, 1, 0, 0, 0])
+  np.testing.assert_array_equal(packed['segment_ids_MxBxL'][0, 0], [1, 1, 1, 1, 2, 2, 2, 0])
+  np.testing.assert_array_equal(packed['row_MxBxL1'][0, 1, :5], [3, 3, 3, 0, 2])
+  # One shard: the same rows in one buffer row's worth per pack row, as before sharding.
+  one = packing_lib.pack_batch(batch, packing_lib.PackShape.for_batch(4, 4, 2, 8), pad_id=0)
+  assert one['tokens_MxBxL'].shape == (1, 2, 8)
+  with pytest.raises(ValueError, match=r'train.rows_per_batch=4 does not split over 3 data'):
+    packing_lib.PackShape.for_batch(4, 4, pack_rows=1, pack_len=8, shards=3)
+
+
+@pytest.mark.slow
+def test_packed_step_on_4_devices_equals_padded_single_device():
+  """The packed step over a data mesh and data x fsdp (4 shards each): loss and one AdamW
+  step equal to the padded step on one device."""
+  script = textwrap.dedent('''
+      import os
+      os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=4'
+      import jax, numpy as np
+      from sgpo_jax.model import sharding as sharding_lib
+      from tests.conftest import mesh_config
+      from tests.test_learner import (assert_one_step_params_close, make_batch, make_learner,
+                                      run_config, P, N)
+      batch = make_batch([2, 2, 4, 1], seed=3)
+      results = []
+      for shape, packing in (((1, 1, 1), False), ((4, 1, 1), True), ((2, 2, 1), True)):
+        devices = jax.devices()[:int(np.prod(shape))]
+        mesh = sharding_lib.make_mesh(mesh_config(shape), devices)
+        learner, state = make_learner(run_config(packing=packing, pack_rows=1,
+                                                 pack_len=2 * (P + N)), mesh)
+        state, metrics = learner.train_step(state, batch)
+        if packing:
+          assert learner.pack_shape.shards == shape[0] * shape[1], learner.pack_shape
+        results.append((float(metrics['loss']), jax.tree.map(np.asarray, state['params'])))
+      for loss, params in results[1:]:
+        np.testing.assert_allclose(loss, results[0][0], rtol=2e-5, atol=1e-7)
+        assert_one_step_params_close(params, results[0][1])
+      print('OK')
+  ''')
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  out = subprocess.run([sys.executable, '-c', script], cwd=repo, capture_output=True, text=True,
+                       timeout=600)
+  assert out.returncode == 0 and 'OK' in out.stdout, out.stderr[-3000:]
+
+
 def test_pack_len_shorter_than_a_row_is_refused():
   with pytest.raises(ValueError, match='train.pack_len=5'):
     packing_lib.PackShape.for_batch(8, 11, pack_rows=1, pack_len=5)
@@ -66,7 +131,7 @@ def test_packed_step_equals_padded_step(loss_agg, kl_coef):
                             batch['completion_mask_RxT1']).astype(np.float32)
   batch['rewards_R'] = rng.uniform(0, 1, R).astype(np.float32)
   common = dict(loss_agg=loss_agg, kl_coef=kl_coef, clip_eps_low=0.05, clip_eps_high=0.05)
-  padded, s_pad, before = _sgd_learner(run_config(**common))
+  padded, s_pad, before = _sgd_learner(run_config(packing=False, **common))
   packed, s_pack, _ = _sgd_learner(run_config(packing=True, pack_rows=2, pack_len=2 * (P + N),
                                               **common))
   s_pad, m_pad = padded.train_step(s_pad, batch)

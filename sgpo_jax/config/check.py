@@ -190,7 +190,33 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
            'pool.')
 
 
-def check_config(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
+def check_data_shards(config: ml_collections.ConfigDict, shape: tuple[int, ...],
+                      num_processes: int = 1) -> None:
+  """Every data-parallel shard (the mesh's batch axes) needs its own rows of each batch, and
+  the packed step packs each shard's rows into its own buffers."""
+  from sgpo_jax.model import sharding  # jax-heavy: only when a device count is checked
+  t = config.train
+  shards = math.prod(size for axis, size in zip(config.mesh.axes, shape)
+                     if axis in sharding.BATCH_AXES)
+  where = f'mesh.shape={shape}' + (f' over {num_processes} processes' if num_processes > 1
+                                   else '')
+  _require(t.rows_per_batch >= shards,
+           f'train.rows_per_batch={t.rows_per_batch} is fewer than the {shards} data-parallel '
+           f'shards ({where}): every shard needs rows of its own; set train.rows_per_batch to '
+           f'a multiple of {shards}, or run on fewer devices or processes.')
+  rows_mb = t.rows_per_batch // t.micro_batches
+  _require(rows_mb % shards == 0,
+           f'train.rows_per_batch / train.micro_batches = {rows_mb} rows are not divisible by '
+           f'the mesh batch axes size {shards} ({where}); use a multiple of {shards}.')
+  if t.packing:
+    from sgpo_jax.rl import sequence_packing
+    sequence_packing.PackShape.for_batch(
+        t.rows_per_batch, config.sampling.max_prompt_len + config.sampling.max_new_tokens,
+        t.pack_rows, t.pack_len, shards=shards)
+
+
+def check_config(config: ml_collections.ConfigDict, num_devices: int | None = None,
+                 num_processes: int = 1) -> None:
   """Raises ValueError naming the field and the fix; call before building anything."""
   check_schema(config, default_config())
   check_finite(config)
@@ -226,13 +252,4 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
   if num_devices is not None:
     from sgpo_jax.model import sharding  # jax-heavy: only when a device count is checked
     shape = sharding.resolve_mesh_shape(config.mesh.shape, config.mesh.axes, num_devices)
-    batch = 1
-    for axis, size in zip(config.mesh.axes, shape):
-      if axis in sharding.BATCH_AXES:
-        batch *= size
-    rows_mb = t.rows_per_batch // t.micro_batches
-    if rows_mb % batch:
-      raise ValueError(f'train.rows_per_batch / train.micro_batches = {rows_mb} rows are not '
-                       f'divisible by the mesh batch axes size {batch} (mesh.shape={shape}); '
-                       f'use a multiple of {batch}.')
-
+    check_data_shards(config, shape, num_processes)

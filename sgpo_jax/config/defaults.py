@@ -118,7 +118,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # static: one batch runs until its longest row stops; continuous: `decode_slots` slots that
   # take the next prompt as soon as their row stops (same completions per row id).
   c.sampling.engine = 'static'  # static | continuous (profiling, rollouts and eval)
-  c.sampling.decode_slots = 32  # continuous: rows decoded together
+  # continuous: rows decoded together per data-parallel shard (on a pure data mesh every
+  # data shard runs its own slots over its own rows; with fsdp/tp > 1 one schedule)
+  c.sampling.decode_slots = 32
   c.sampling.prefill_step = 16  # continuous: prefill buckets are multiples of this
 
   # Supervised warm start that makes the "pretrained" initial policy (cached).
@@ -179,8 +181,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.train.overlong_mask = False
   c.train.overlong_penalty_len = 0
   # Packed train step: real tokens only, rows laid end to end with segment ids (same loss).
+  # Each data-parallel shard (mesh batch axes, over devices and processes) packs its own
+  # rows_per_batch / shards rows into its own buffers: a buffer is [shards * pack_rows,
+  # pack_len] tokens split over the batch axes.
   c.train.packing = True
-  c.train.pack_rows = 8  # packed rows per buffer (a scan runs over the buffers)
+  c.train.pack_rows = 8  # packed rows per buffer and data-parallel shard (a scan runs over buffers)
   c.train.pack_len = 0  # tokens per packed row; 0 = max_prompt_len + max_new_tokens
   c.train.early_stop = ml_collections.ConfigDict()
   # Off by default (comparison runs must reach their budget); how each rule was validated:

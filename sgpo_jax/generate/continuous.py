@@ -27,6 +27,14 @@ float summation order in differently shaped matmuls; tests compare token for tok
 
 Work done per call is returned (prefills per bucket, decode steps, busy slot-steps) so the
 FLOPs ledger counts what ran ('computed') and the real tokens inside it ('useful').
+
+Devices and processes: on a pure data-parallel mesh (every axis but 'data' of size 1) each
+of the D data shards runs this loop on its own queue of `queue_rows / D` rows with its own
+`slots` decode slots (`sampling.decode_slots` counts slots per shard), under `shard_map`;
+rows are dealt to shards round-robin, so a short last chunk stays balanced. Where fsdp or
+tp split the parameters, one schedule runs replicated over the mesh. Inputs are global
+arrays and outputs come back to every process (`sharding.to_host`), so a run gives the same
+completions on 1 process or several; on one device the layout is exactly the unsharded one.
 """
 
 from __future__ import annotations
@@ -69,9 +77,11 @@ class ContinuousSampler:
                prefill_step: int = 16):
     if slots < 1 or queue_rows < 1:
       raise ValueError(f'sampling.decode_slots={slots} and queue rows={queue_rows} must be >= 1.')
-    if jax.process_count() > 1:
-      raise ValueError("sampling.engine='continuous' runs within one process; use "
-                       "sampling.engine='static' for multi-process runs.")
+    self.shards = sharding_lib.data_parallel_shards(mesh)
+    if queue_rows % self.shards:
+      raise ValueError(f'train.rows_per_batch={queue_rows} does not split over the '
+                       f'{self.shards} data-parallel shards of the continuous sampler; use a '
+                       f'multiple of {self.shards}.')
     self.cfg, self.mesh = cfg, mesh
     self.slots, self.rows = slots, queue_rows
     self.max_prompt_len, self.max_new_tokens = max_prompt_len, max_new_tokens
@@ -83,11 +93,33 @@ class ContinuousSampler:
     self.model = model_lib.Transformer(cfg)
     self.traces = 0
     rep = sharding_lib.replicated(mesh)
+    generate = self._generate
+    if self.shards == 1:
+      self.row_sharding = self.cache_sharding = self.shard_sharding = rep
+    else:
+      spec = jax.sharding.PartitionSpec
+      self.row_sharding = jax.sharding.NamedSharding(mesh, spec('data'))
+      self.shard_sharding = self.row_sharding
+      self.cache_sharding = jax.sharding.NamedSharding(mesh, spec(None, 'data'))
+      rows, cache = spec('data'), spec(None, 'data')
+
+      def generate(params, cache_, prompts, lengths, ids, n_real_D, *knobs):
+        out = self._generate(params, cache_, prompts, lengths, ids, n_real_D[0], *knobs)
+        *arrays, work, cache_ = out
+        return (*arrays, jax.tree.map(lambda x: x[None], work), cache_)
+
+      generate = jax.shard_map(
+          generate, mesh=mesh, in_specs=(spec(), cache, rows, rows, rows, rows) + (spec(),) * 4,
+          out_specs=(rows,) * 5 + (cache,), check_vma=False)
     # The KV cache is its own jit's output, donated, so prefill and decode write it in place.
     self._init_cache_jit = jax.jit(model_lib.init_cache, static_argnums=(0, 1, 2),
-                                   out_shardings=(rep, rep))
-    self._generate_jit = jax.jit(self._generate, in_shardings=(param_shardings,) + (rep,) * 9,
-                                 out_shardings=rep, donate_argnums=(1,))
+                                   out_shardings=(self.cache_sharding,) * 2)
+    self._generate_jit = jax.jit(
+        generate, in_shardings=(param_shardings, (self.cache_sharding,) * 2) +
+        (self.row_sharding,) * 3 + (self.shard_sharding,) + (rep,) * 4,
+        out_shardings=(self.row_sharding,) * 4 + (self.shard_sharding,
+                                                   (self.cache_sharding,) * 2),
+        donate_argnums=(1,))
 
   @property
   def compile_count(self) -> int:
@@ -236,8 +268,15 @@ class ContinuousSampler:
   # ------------------------------------------------------------------ host side
 
   def new_cache(self):
-    """A zeroed [L, slots, max_prompt_len + max_new_tokens, K, E] KV cache (donated)."""
-    return self._init_cache_jit(self.cfg, self.slots, self.max_prompt_len + self.max_new_tokens)
+    """A zeroed [L, shards * slots, max_prompt_len + max_new_tokens, K, E] KV cache (donated),
+    each data shard's slots on its own devices."""
+    return self._init_cache_jit(self.cfg, self.shards * self.slots,
+                                self.max_prompt_len + self.max_new_tokens)
+
+  def queue_order(self) -> np.ndarray:
+    """Queue position -> chunk row: shard d's queue (positions [d * q, (d + 1) * q)) holds
+    chunk rows d, d + D, d + 2D, ..., so real rows stay a prefix of every shard's queue."""
+    return np.arange(self.rows).reshape(-1, self.shards).T.reshape(-1)
 
   def pad_prompts(self, prompts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """Left-pads to max_prompt_len and fills to `rows` (filler rows are never prefilled)."""
@@ -258,16 +297,28 @@ class ContinuousSampler:
     """Any number of prompts -> host arrays (same contract as `Sampler.sample`)."""
     outputs, works = [], []
     rng = sharding_lib.replicate(self.mesh, rng)
+    rep = sharding_lib.replicated(self.mesh)
+    knobs = sharding_lib.put_host_values(
+        (np.float32(temperature), np.float32(top_p), np.int32(top_k)), (rep,) * 3)
+    order = self.queue_order()
+    back = np.argsort(order)
     for start in range(0, len(prompts), self.rows):
       chunk = list(prompts[start:start + self.rows])
       ids = np.full(self.rows, -1, np.int32)
       ids[:len(chunk)] = row_ids[start:start + self.rows]
       tokens, lengths = self.pad_prompts(chunk)
-      out = sharding_lib.to_host(self._generate_jit(
-          params, self.new_cache(), tokens, lengths, ids, jnp.int32(len(chunk)), rng, jnp.float32(temperature),
-          jnp.float32(top_p), jnp.int32(top_k))[:5])
+      n_real_D = (order < len(chunk)).reshape(self.shards, -1).sum(1).astype(np.int32)
+      inputs = sharding_lib.put_host_values(
+          (tokens[order], lengths[order], ids[order],
+           n_real_D if self.shards > 1 else n_real_D[0]),
+          (self.row_sharding,) * 3 + (self.shard_sharding,))
+      out = sharding_lib.to_host(self._generate_jit(params, self.new_cache(), *inputs, rng,
+                                                    *knobs)[:5])
       *arrays, work = out
-      work = {k: np.asarray(v) for k, v in work.items()}
+      arrays = [x[back] for x in arrays]
+      # Summed over shards: what every device computed together.
+      work = {k: np.asarray(v).sum(0) if self.shards > 1 else np.asarray(v)
+              for k, v in work.items()}
       work['prompt_lens'] = [len(p) for p in chunk]
       work['completion_lens'] = np.asarray(arrays[2][:len(chunk)])
       works.append(work)

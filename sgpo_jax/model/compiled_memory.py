@@ -120,9 +120,15 @@ def _sampler_program(config, cfg, mesh, params, shardings, resident: int) -> Pro
   if config.sampling.get('engine', 'static') == 'continuous':
     p = int(sampler.max_prompt_len)
     cache = jax.eval_shape(sampler.new_cache)
-    args = (sampling_params, cache, _sds((rows, p), jnp.int32, rep), _sds((rows,), jnp.int32, rep),
-            _sds((rows,), jnp.int32, rep), _sds((), jnp.int32, rep), key) + scalars
-    note = f'continuous: {sampler.slots} decode slots, {rows} queued rows'
+    by_row, shards = sampler.row_sharding, sampler.shards
+    n_real = (_sds((shards,), jnp.int32, sampler.shard_sharding) if shards > 1
+              else _sds((), jnp.int32, rep))
+    args = (sampling_params, cache, _sds((rows, p), jnp.int32, by_row),
+            _sds((rows,), jnp.int32, by_row), _sds((rows,), jnp.int32, by_row), n_real,
+            key) + scalars
+    note = f'continuous: {sampler.slots} decode slots, {rows} queued rows' + (
+        f' (each of {shards} data shards: {sampler.slots} slots, {rows // shards} rows)'
+        if shards > 1 else '')
   else:
     p = int(sampler.buckets[-1])
     b2, b1 = sharding_lib.batch_sharding(mesh, 2), sharding_lib.batch_sharding(mesh, 1)
@@ -148,8 +154,8 @@ def _batch_args(learner, config, mesh) -> tuple[Any, str]:
                  rewards_R=np.zeros(rows, np.float32), group_id_R=np.arange(rows, dtype=np.int32),
                  valid_R=np.ones(rows, bool))
     packed = packing_lib.pack_batch(zeros, learner.pack_shape, pad_id=0)
-    rep = sharding_lib.replicated(mesh)
-    return (jax.tree.map(lambda x: _sds(np.shape(x), np.asarray(x).dtype, rep), packed),
+    shardings = learner.packed_shardings()
+    return ({k: _sds(np.shape(x), np.asarray(x).dtype, shardings[k]) for k, x in packed.items()},
             f'packed buffers of {learner.pack_shape}')
   specs = dict(tokens_RxT=((rows, seq), jnp.int32, b2), mask_RxT=((rows, seq), jnp.int32, b2),
                completion_mask_RxT1=((rows, seq - 1), jnp.int32, b2),

@@ -142,6 +142,20 @@ def cache_sharding(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P(None, axes if axes else None, None, None, None))
 
 
+def packed_rows_sharding(mesh: Mesh) -> NamedSharding:
+  """Packed buffers [M, S * B, L]: dim 1 (each shard's own buffer rows) over the batch axes."""
+  axes = tuple(a for a in BATCH_AXES if a in mesh.shape)
+  return NamedSharding(mesh, P(None, axes if axes else None, None))
+
+
+def data_parallel_shards(mesh: Mesh) -> int:
+  """Shards that each hold whole parameters: mesh.shape['data'] when every other axis is
+  size 1 (pure data parallelism), else 1 (parameters split: one replicated schedule)."""
+  if any(size > 1 for axis, size in mesh.shape.items() if axis != 'data'):
+    return 1
+  return int(mesh.shape.get('data', 1))
+
+
 def batch_size_multiple(mesh: Mesh) -> int:
   return math.prod(mesh.shape[a] for a in BATCH_AXES if a in mesh.shape)
 
@@ -168,6 +182,17 @@ def shard_batch(mesh: Mesh, batch: Any) -> Any:
     local = x[process_local_rows(sharding, x.shape)]
     return jax.make_array_from_process_local_data(sharding, local, x.shape)
   return jax.tree.map(put, batch)
+
+
+def put_host_values(tree: Any, shardings: Any) -> Any:
+  """Host numpy values, identical on every process -> global arrays with `shardings` (a tree
+  of the same structure); each process uploads only the slices its own devices hold."""
+  def put(x, sharding):
+    x = np.asarray(x)
+    if jax.process_count() == 1:
+      return jax.device_put(x, sharding)
+    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+  return jax.tree.map(put, tree, shardings)
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

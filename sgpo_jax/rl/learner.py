@@ -12,6 +12,9 @@ With `train.packing` the step instead runs on `packing.pack_batch`'s fixed
 `[buffers, pack_rows, pack_len]` buffers of real tokens (segment ids keep rows apart):
 a scan over the buffers accumulates gradients, skipping empty buffers at run time, so one
 compilation still serves every batch, and loss and gradients equal the padded step's.
+Each data-parallel shard (the mesh's batch axes) packs its own rows into its own
+`pack_rows` buffer rows, and the buffers' row dimension is sharded over those axes, so the
+packed step splits its tokens over devices and processes as the padded step splits rows.
 """
 
 from __future__ import annotations
@@ -140,14 +143,11 @@ class Learner:
     self.logprob_traces = 0
     self.pack_shape = None
     if self.settings.packing:
-      if jax.process_count() > 1:
-        raise ValueError('train.packing=True runs within one process (the packed buffers are '
-                         'replicated, not split by process); set train.packing=False for '
-                         'multi-process runs.')
       s = config.sampling
       self.pack_shape = packing_lib.PackShape.for_batch(
           int(config.train.rows_per_batch), int(s.max_prompt_len) + int(s.max_new_tokens),
-          self.settings.pack_rows, self.settings.pack_len)
+          self.settings.pack_rows, self.settings.pack_len,
+          shards=sharding_lib.batch_size_multiple(mesh))
     self.last_tokens = (0, 0)  # (computed, useful) input tokens of the last train step
     self._state_shardings = None
     self._train_jit = None
@@ -178,13 +178,25 @@ class Learner:
     if self.pack_shape is not None:
       rep = sharding_lib.replicated(self.mesh)
       self._packed_jit = jax.jit(self._packed_train_step,
-                                 in_shardings=(self._state_shardings, rep),
+                                 in_shardings=(self._state_shardings, self.packed_shardings()),
                                  out_shardings=(self._state_shardings, rep), donate_argnums=(0,))
     self._batch_keys = tuple(batch_shardings)
     self._train_jit = jax.jit(
         self._train_step, in_shardings=(self._state_shardings, batch_shardings),
         out_shardings=(self._state_shardings, sharding_lib.replicated(self.mesh)),
         donate_argnums=(0,))
+
+  def packed_shardings(self) -> dict[str, Any]:
+    """Buffers [M, S * B, ...] split over the batch axes along dim 1 (each shard's own
+    buffer rows); the per-row arrays and used_M, small, replicated."""
+    rep = sharding_lib.replicated(self.mesh)
+    rows = sharding_lib.packed_rows_sharding(self.mesh)
+    keys = ('tokens_MxBxL', 'segment_ids_MxBxL', 'positions_MxBxL', 'row_MxBxL1') + tuple(
+        k.replace('RxT1', 'MxBxL1') for k in packing_lib.TARGET_KEYS)
+    out = {k: rows for k in keys}
+    out.update({k: rep for k in ('used_M', 'rewards_R', 'group_id_R', 'valid_R',
+                                 'completion_len_R')})
+    return out
 
   def _logprobs(self, params, tokens_RxT, mask_RxT):
     self.logprob_traces += 1
@@ -328,7 +340,7 @@ class Learner:
       # Padding slots are masked by segment id 0, so their token id is irrelevant.
       packed = packing_lib.pack_batch(batch_np, self.pack_shape, pad_id=0)
       self.last_tokens = packing_lib.token_counts(packed)
-      return self._packed_jit(state, sharding_lib.replicate(self.mesh, packed))
+      return self._packed_jit(state, sharding_lib.put_host_values(packed, self.packed_shardings()))
     self.last_tokens = packing_lib.padded_token_counts(batch_np)
     batch = sharding_lib.shard_batch(self.mesh, {k: batch_np[k] for k in self._batch_keys})
     return self._train_jit(state, batch)
