@@ -70,6 +70,7 @@ def set_llama3_2_3b(c: ml_collections.ConfigDict, hf_path: str = HF_PATH) -> Non
   m.max_len = 131072  # max_position_embeddings
   m.dtype = 'bfloat16'
   m.param_dtype = 'float32'
+  m.attention_impl = 'auto'  # splash on TPU, cuDNN on GPU, chunked on CPU (model/attention.py)
   m.remat = True
   m.hf_path = hf_path
   c.tokenizer.kind = 'hf'

@@ -63,6 +63,7 @@ def set_qwen2_5_math_1_5b(c: ml_collections.ConfigDict) -> None:
   m.dtype = 'bfloat16'  # compute
   m.param_dtype = 'float32'  # master weights; see the module docstring
   m.remat = True  # per-layer rematerialisation: attention scores are T x T per head
+  m.attention_impl = 'auto'  # splash on TPU, cuDNN on GPU, chunked on CPU (model/attention.py)
   m.hf_path = HF_PATH
   c.tokenizer.kind = 'hf'
   c.tokenizer.path = HF_PATH

@@ -81,6 +81,7 @@ def set_qwen3(c: ml_collections.ConfigDict, d_model: int = 1024, d_ff: int = 307
   m.max_len = 40960  # max_position_embeddings
   m.dtype = 'bfloat16'  # compute
   m.param_dtype = 'float32'  # master weights (see the Qwen2.5 config's docstring)
+  m.attention_impl = 'auto'  # splash on TPU, cuDNN on GPU, chunked on CPU (model/attention.py)
   m.remat = True
   m.hf_path = hf_path
   c.tokenizer.kind = 'hf'

@@ -322,6 +322,8 @@ INTENDED_CHANGES = {
     'model.attention_kv_chunk': 512,
     'model.scan_unroll': 1,
     'sampling.param_dtype': 'auto',
+    # How tokens are drawn (gumbel = as before; blocked = cheaper, another random stream).
+    'sampling.draw': 'gumbel',
     # Issue 43: the recommended path is the default: sgpo_bayes with G in {2, 4} (method
     # above, where the arg names none) and the packed train step (8 packed rows per buffer,
     # as the held-out comparison ran). The sampling engine stays static: on the README run

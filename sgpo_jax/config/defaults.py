@@ -115,6 +115,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Weights (and compute) of generation: auto = bfloat16 on GPU/TPU, float32 on CPU; the
   # optimizer keeps float32 masters (sgpo_jax/generate/sampling_dtype.py).
   c.sampling.param_dtype = 'auto'
+  # How a token is drawn from the softmax: gumbel = jax.random.categorical (V random numbers
+  # per row and step); blocked = the same distribution from ~2 sqrt(V) of them, a different
+  # random stream (generate/sampler.py: blocked_categorical; on CPU at vocab 152k it is the
+  # cheaper half of a decode step).
+  c.sampling.draw = 'gumbel'  # gumbel | blocked
   # static: one batch runs until its longest row stops; continuous: `decode_slots` slots that
   # take the next prompt as soon as their row stops (same completions per row id).
   c.sampling.engine = 'static'  # static | continuous (profiling, rollouts and eval)

@@ -50,7 +50,7 @@ from jax.sharding import Mesh
 from sgpo_jax.model import flops as flops_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.model import sharding as sharding_lib
-from sgpo_jax.generate.sampler import SampleOutput, pick_tokens
+from sgpo_jax.generate.sampler import SampleOutput, check_draw, pick_tokens
 
 
 def prefill_buckets(max_prompt_len: int, step: int) -> tuple[int, ...]:
@@ -74,7 +74,7 @@ class ContinuousSampler:
   def __init__(self, cfg: model_lib.ModelConfig, mesh: Mesh, param_shardings, *, slots: int,
                queue_rows: int, max_prompt_len: int, max_new_tokens: int,
                stop_ids: Sequence[int], pad_id: int, bos_id: int | None = None,
-               prefill_step: int = 16):
+               prefill_step: int = 16, draw: str = 'gumbel'):
     if slots < 1 or queue_rows < 1:
       raise ValueError(f'sampling.decode_slots={slots} and queue rows={queue_rows} must be >= 1.')
     self.shards = sharding_lib.data_parallel_shards(mesh)
@@ -83,6 +83,7 @@ class ContinuousSampler:
                        f'{self.shards} data-parallel shards of the continuous sampler; use a '
                        f'multiple of {self.shards}.')
     self.cfg, self.mesh = cfg, mesh
+    self.draw = check_draw(draw)
     self.slots, self.rows = slots, queue_rows
     self.max_prompt_len, self.max_new_tokens = max_prompt_len, max_new_tokens
     self.stop_ids = np.asarray(sorted(set(stop_ids)), np.int32)
@@ -178,7 +179,7 @@ class ContinuousSampler:
           v_cache)
       cache = (k_cache, v_cache)
       token_1, logp_1 = pick_tokens(logits_1xV, key_of(row_ids_Q[q], 0)[None], temperature, top_p,
-                              top_k)
+                                    top_k, self.draw)
       done = jnp.isin(token_1[0], stop_ids) | (N == 1)
       return dict(
           st, cache=cache, next_q=q + 1,
@@ -207,7 +208,7 @@ class ContinuousSampler:
       logits_WxV = model_lib.logits_from_hidden(params, cfg, hidden)[:, 0]
       rows_W = row_ids_Q[jnp.maximum(part(st['slot_q_S']), 0)]
       new_W, logp_W = pick_tokens(logits_WxV, jax.vmap(key_of)(rows_W, t_W), temperature, top_p,
-                            top_k)
+                                  top_k, self.draw)
       q_W = jnp.where(active_W, part(st['slot_q_S']), Q)  # Q: out of range, write dropped
       done_W = active_W & (jnp.isin(new_W, stop_ids) | (t_W + 1 >= N))
       return dict(

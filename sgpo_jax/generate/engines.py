@@ -29,7 +29,7 @@ def make_sampler(config, model_cfg, mesh, shardings, tokenizer) -> Sampler | Con
       model_cfg, sampling_dtype_lib.resolve(s.get('param_dtype', 'auto')))
   common = dict(max_prompt_len=s.max_prompt_len, max_new_tokens=s.max_new_tokens,
                 stop_ids=tokenizer.stop_token_ids, pad_id=tokenizer.pad_id,
-                bos_id=tokenizer.bos_id)
+                bos_id=tokenizer.bos_id, draw=s.get('draw', 'gumbel'))
   if s.get('engine', 'static') == 'continuous':
     return ContinuousSampler(model_cfg, mesh, shardings, slots=s.decode_slots,
                              queue_rows=config.train.rows_per_batch,

@@ -65,14 +65,42 @@ def _filter_logits(logits_RxV, top_p, top_k):
   return jnp.where(logits_RxV >= threshold_R, logits_RxV, -jnp.inf)
 
 
-def pick_tokens(logits_RxV, keys_R, temperature, top_p, top_k):
+DRAWS = ('gumbel', 'blocked')
+DRAW_BLOCK = 512  # tokens per block of the 'blocked' draw
+
+
+def blocked_categorical(key, logits_V, block: int = DRAW_BLOCK):
+  """One draw from softmax(logits_V), exact in distribution, from about V / block + block
+  random numbers instead of V: a block of `block` consecutive tokens is drawn by its total
+  mass (its logsumexp), then a token inside it by its logit. P(i) = P(block of i) *
+  P(i | block) = softmax(logits)_i. On CPU the V Gumbel variates of `jax.random.categorical`
+  cost as much as the LM head's matmul per decode step (benchmarks/bench_tunix_decode.py)."""
+  v = logits_V.shape[-1]
+  n = -(-v // block)
+  blocks_NxB = jnp.pad(logits_V, (0, n * block - v), constant_values=-jnp.inf).reshape(n, block)
+  key_block, key_token = jax.random.split(key)
+  b = jax.random.categorical(key_block, jax.nn.logsumexp(blocks_NxB, axis=-1))
+  return b * block + jax.random.categorical(key_token, blocks_NxB[b])
+
+
+def check_draw(draw: str) -> str:
+  if draw not in DRAWS:
+    raise ValueError(f'sampling.draw={draw!r} is unknown; use one of {DRAWS}.')
+  return draw
+
+
+def pick_tokens(logits_RxV, keys_R, temperature, top_p, top_k, draw: str = 'gumbel'):
+  """Sampled (or greedy: temperature <= 0) tokens and their log-probs under the temperature;
+  `draw` (static): 'gumbel' = `jax.random.categorical` over the vocabulary, 'blocked' =
+  `blocked_categorical` (same distribution, another random stream, far fewer variates)."""
   greedy = temperature <= 0.0
   scaled_RxV = logits_RxV / jnp.where(greedy, 1.0, temperature)
   logp_all_RxV = jax.nn.log_softmax(scaled_RxV, axis=-1)
   needs_filter = (top_k > 0) | (top_p < 1.0)
   filtered_RxV = jax.lax.cond(needs_filter, lambda x: _filter_logits(x, top_p, top_k),
                               lambda x: x, scaled_RxV)
-  sampled_R = jax.vmap(jax.random.categorical)(keys_R, filtered_RxV)
+  categorical = blocked_categorical if check_draw(draw) == 'blocked' else jax.random.categorical
+  sampled_R = jax.vmap(categorical)(keys_R, filtered_RxV)
   tokens_R = jnp.where(greedy, jnp.argmax(logits_RxV, axis=-1), sampled_R).astype(jnp.int32)
   logp_R = jnp.take_along_axis(logp_all_RxV, tokens_R[:, None], axis=-1)[:, 0]
   return tokens_R, logp_R
@@ -83,12 +111,13 @@ class Sampler:
 
   def __init__(self, cfg: model_lib.ModelConfig, mesh: Mesh, param_shardings, *, rows: int,
                max_prompt_len: int, max_new_tokens: int, stop_ids: Sequence[int], pad_id: int,
-               bos_id: int | None = None, min_prompt_bucket: int = 16):
+               bos_id: int | None = None, min_prompt_bucket: int = 16, draw: str = 'gumbel'):
     multiple = sharding_lib.batch_size_multiple(mesh)
     if rows % multiple:
       raise ValueError(f'sampler rows={rows} is not a multiple of the mesh batch axes size '
                        f'{multiple}; choose train.rows_per_batch divisible by {multiple}.')
     self.cfg, self.mesh, self.rows = cfg, mesh, rows
+    self.draw = check_draw(draw)
     self.max_prompt_len, self.max_new_tokens = max_prompt_len, max_new_tokens
     self.stop_ids = np.asarray(sorted(set(stop_ids)), np.int32)
     self.pad_id = pad_id
@@ -131,7 +160,8 @@ class Sampler:
     stop_ids = jnp.asarray(self.stop_ids)
     prompt_len_R = jnp.sum(prompt_mask_RxP.astype(jnp.int32), axis=1)
 
-    token_R, logp_R = pick_tokens(logits_RxV, step_keys(0), temperature, top_p, top_k)
+    token_R, logp_R = pick_tokens(logits_RxV, step_keys(0), temperature, top_p, top_k,
+                                   self.draw)
     used_R = row_ids_R >= 0
     token_R = jnp.where(used_R, token_R, self.pad_id)
     tokens_RxN = jnp.full((rows, n_new), self.pad_id, jnp.int32).at[:, 0].set(token_R)
@@ -149,7 +179,8 @@ class Sampler:
       hidden_Rx1xD, cache = self.model.apply(variables, token_R[:, None], positions_Rx1,
                                              kv_mask_RxS, cache, prompt_len + t - 1)
       logits_RxV = model_lib.logits_from_hidden(params, cfg, hidden_Rx1xD)[:, 0]
-      new_R, logp_R = pick_tokens(logits_RxV, step_keys(t), temperature, top_p, top_k)
+      new_R, logp_R = pick_tokens(logits_RxV, step_keys(t), temperature, top_p, top_k,
+                                   self.draw)
       active_R = ~done_R
       new_R = jnp.where(active_R, new_R, self.pad_id)
       tokens_RxN = tokens_RxN.at[:, t].set(new_R)

@@ -1,8 +1,9 @@
 """Masked grouped-query attention: the score/softmax/value part of a layer, as pure functions.
 
 Which keys a query sees is given by its ingredients, never by a materialised [B, T, S] mask:
-query slot q_slot[b, t] (its index in the key range), key validity kv_valid[b, s] (False for
-left padding) and, for packed rows, segment ids. Key s is visible to query t iff
+query slot q_slot[b, t] (its index in the key range; None = slot t on every row, the plain
+causal case of a forward pass or a prefill at cache slot 0), key validity kv_valid[b, s]
+(False for left padding) and, for packed rows, segment ids. Key s is visible to query t iff
     s <= q_slot[b, t]  and  kv_valid[b, s]  and  (no segments or seg_q == seg_k > 0).
 
 Implementations (`ATTENTION_IMPLS`, `ModelConfig.attention_impl`):
@@ -13,21 +14,76 @@ Implementations (`ATTENTION_IMPLS`, `ModelConfig.attention_impl`):
   small, and a single chunk would compute the same thing with more steps.
 - 'full': the direct formulation (full f32 scores, softmax, weighted sum); the reference the
   others are tested against.
-- 'dot_product': `jax.nn.dot_product_attention` with a boolean mask (XLA picks the kernel;
-  cuDNN flash attention on GPU where its constraints hold). Untested on accelerators here.
+- 'dot_product': `jax.nn.dot_product_attention` with a boolean mask. On GPU it asks for
+  cuDNN's fused flash attention (`implementation='cudnn'`) where cuDNN's constraints hold
+  (`cudnn_applies`: bf16/fp16, head dim a multiple of 8 and <= 128, even T and S; the mask
+  becomes a [B, 1, T, S] additive bias); elsewhere, and for other shapes, XLA's formulation
+  (full scores). Not run on a GPU in this repository's tests.
+- 'splash': the TPU splash-attention Pallas kernel that jax ships
+  (`jax.experimental.pallas.ops.tpu.splash_attention`): a causal block-sparse mask (blocks
+  above the diagonal are skipped), left padding and packed segments as its segment ids, GQA
+  natively (K key heads under H query heads), vmapped over rows. It applies to T > 1 queries
+  at slots 0..T-1 (q_slot None) with T and S multiples of 128; anything else (decode steps,
+  prefill at a cache offset, ragged lengths) takes 'chunked'. Off TPU the kernel runs in the
+  Pallas interpreter (slow: for tests). Under a mesh context (`jax.set_mesh`) the kernel
+  runs under `shard_map`, rows over the batch axes and heads over 'tp'.
+- 'auto': 'splash' on TPU, 'dot_product' (cuDNN) on GPU with decode steps (T = 1) on the
+  direct path, 'chunked' on CPU (`resolve_impl`). On a multi-chip TPU without a mesh
+  context it takes 'chunked': XLA cannot partition a Pallas call, it would gather every
+  row onto every chip.
 Masked scores are NEG_INF rather than -inf, so a row with no visible key (padding queries)
-yields the mean of the values instead of NaN, in every implementation.
+yields the mean of the values instead of NaN in every implementation but 'splash', where a
+padding query attends to the padding keys at or before its slot (the kernel needs a visible
+key per row). Either way a padding query's output is never read.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
 
 NEG_INF = -1e30
-ATTENTION_IMPLS = ('chunked', 'full', 'dot_product')
+ATTENTION_IMPLS = ('chunked', 'full', 'dot_product', 'splash', 'auto')
+SPLASH_BLOCKS = (512, 256, 128)  # splash block sizes tried, largest first (multiples of 128)
+BATCH_AXES, HEAD_AXIS = ('data', 'fsdp'), 'tp'  # as model/sharding.py names the mesh axes
+
+
+def resolve_impl(impl: str, backend: str | None = None) -> str:
+  """'auto' -> the implementation for `backend` (default: jax's); other names unchanged."""
+  if impl not in ATTENTION_IMPLS:
+    raise ValueError(f'model.attention_impl={impl!r} is unknown; use one of {ATTENTION_IMPLS}.')
+  if impl != 'auto':
+    return impl
+  backend = backend or jax.default_backend()
+  if backend == 'tpu':
+    unpartitioned = jax.device_count() > 1 and jax.sharding.get_abstract_mesh().empty
+    return 'chunked' if unpartitioned else 'splash'
+  return 'dot_product' if backend == 'gpu' else 'chunked'
+
+
+def causal_slots_BxT(b: int, t: int):
+  """q_slot of queries at slots 0..T-1 (what q_slot None stands for)."""
+  return jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+
+
+def cudnn_applies(q_BxTxHxE, s: int, backend: str | None = None) -> bool:
+  """Whether cuDNN's fused attention takes these shapes (its checks in jax's
+  `cudnn/fused_attention_stablehlo.py`, at the pre-Hopper head-dim limit)."""
+  t, e = q_BxTxHxE.shape[1], q_BxTxHxE.shape[-1]
+  return ((backend or jax.default_backend()) == 'gpu'
+          and q_BxTxHxE.dtype in (jnp.bfloat16, jnp.float16)
+          and e % 8 == 0 and e <= 128 and t % 2 == 0 and s % 2 == 0)
+
+
+def splash_blocks(t: int, s: int) -> tuple[int, int] | None:
+  """(block_q, block_kv) for the splash kernel at T queries and S keys, or None when T or S
+  is no multiple of 128 (then 'splash' takes 'chunked')."""
+  block_q = next((blk for blk in SPLASH_BLOCKS if t % blk == 0), None)
+  block_kv = next((blk for blk in SPLASH_BLOCKS if s % blk == 0), None)
+  return None if block_q is None or block_kv is None else (block_q, block_kv)
 
 
 def visible_BxTxS(q_slot_BxT, kv_valid_BxS, seg_q_BxT=None, seg_k_BxS=None):
@@ -117,20 +173,83 @@ def _chunked(q_BxTxKxGxE, k_BxSxKxE, v_BxSxKxE, q_slot_BxT, kv_valid_BxS, seg_q_
   return jnp.moveaxis(out_c, 0, 1).reshape(b, tp, kh, g, e)[:, :t]
 
 
+@functools.lru_cache(maxsize=64)
+def _splash_kernel(h: int, t: int, s: int, block_q: int, block_kv: int, interpret: bool):
+  """The splash kernel of one row: H query heads, a causal [T, S] mask (query t sees keys
+  s <= t), forward and backward blocks of the given sizes. Made once per shape (the mask's
+  block structure is computed in numpy)."""
+  from jax.experimental.pallas.ops.tpu.splash_attention import (
+      splash_attention_kernel as splash, splash_attention_mask as splash_mask)
+  mask = splash_mask.MultiHeadMask([splash_mask.CausalMask((t, s)) for _ in range(h)])
+  blocks = splash.BlockSizes(
+      block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv, block_q_dkv=block_q,
+      block_kv_dkv=block_kv, block_kv_dkv_compute=block_kv, block_q_dq=block_q,
+      block_kv_dq=block_kv)
+  with jax.ensure_compile_time_eval():  # mask metadata as constants, never as tracers
+    return splash.make_splash_mha(mask, block_sizes=blocks, head_shards=1, q_seq_shards=1,
+                                  interpret=interpret)
+
+
+def _splash(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, kv_valid_BxS, seg_q_BxT, seg_k_BxS, blocks):
+  """Splash attention of queries at slots 0..T-1: validity and segments become the kernel's
+  segment ids (an invalid key gets id 0, as does a query whose own slot is invalid)."""
+  from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
+  t, e = q_BxTxHxE.shape[1], q_BxTxHxE.shape[-1]
+  seg_k_BxS = jnp.ones(kv_valid_BxS.shape, jnp.int32) if seg_k_BxS is None else seg_k_BxS
+  seg_q_BxT = seg_k_BxS[:, :t] if seg_q_BxT is None else seg_q_BxT
+  ids_k_BxS = jnp.where(kv_valid_BxS, seg_k_BxS, 0).astype(jnp.int32)
+  ids_q_BxT = jnp.where(kv_valid_BxS[:, :t], seg_q_BxT, 0).astype(jnp.int32)
+  scale = 1.0 / jnp.sqrt(jnp.float32(e))
+  q_BxHxTxE = jnp.swapaxes((q_BxTxHxE.astype(jnp.float32) * scale).astype(q_BxTxHxE.dtype), 1, 2)
+  k_BxKxSxE, v_BxKxSxE = jnp.swapaxes(k_BxSxKxE, 1, 2), jnp.swapaxes(v_BxSxKxE, 1, 2)
+  interpret = jax.default_backend() != 'tpu'
+
+  def rows(q_BxHxTxE, k_BxKxSxE, v_BxKxSxE, ids_q_BxT, ids_k_BxS):
+    kernel = _splash_kernel(q_BxHxTxE.shape[1], t, k_BxKxSxE.shape[2], *blocks, interpret)
+    one_row = lambda q, k, v, iq, ik: kernel(q, k, v, segment_ids=splash.SegmentIds(iq, ik))  # noqa: E731
+    return jax.vmap(one_row)(q_BxHxTxE, k_BxKxSxE, v_BxKxSxE, ids_q_BxT, ids_k_BxS)
+
+  mesh = jax.sharding.get_abstract_mesh()
+  if not mesh.empty:  # shard_map: each device runs the kernel on its own rows and heads
+    P = jax.sharding.PartitionSpec
+    names = [a for a in BATCH_AXES if a in mesh.axis_names and mesh.shape[a] > 1]
+    b_size = math.prod(mesh.shape[a] for a in names)
+    row_axes = tuple(names) if names and q_BxTxHxE.shape[0] % b_size == 0 else None
+    tp = mesh.shape.get(HEAD_AXIS, 1)
+    head_axis = HEAD_AXIS if tp > 1 and k_BxSxKxE.shape[2] % tp == 0 else None
+    qkv, ids = P(row_axes, head_axis), P(row_axes)
+    rows = jax.shard_map(rows, mesh=mesh, in_specs=(qkv, qkv, qkv, ids, ids), out_specs=qkv,
+                         check_vma=False)
+  out_BxHxTxE = rows(q_BxHxTxE, k_BxKxSxE, v_BxKxSxE, ids_q_BxT, ids_k_BxS)
+  return jnp.swapaxes(out_BxHxTxE, 1, 2).astype(q_BxTxHxE.dtype)
+
+
 def attend(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, q_slot_BxT, kv_valid_BxS, seg_q_BxT=None,
            seg_k_BxS=None, *, impl: str = 'chunked', q_chunk: int = 128, kv_chunk: int = 512):
   """Attention output [B, T, H, E] (dtype of q) of queries over keys/values with K heads,
-  H a multiple of K (grouped-query), under the visibility of the module docstring."""
+  H a multiple of K (grouped-query), under the visibility of the module docstring
+  (q_slot_BxT None: queries at slots 0..T-1)."""
   b, t, h, e = q_BxTxHxE.shape
   kh = k_BxSxKxE.shape[2]
   s = k_BxSxKxE.shape[1]
   k_BxSxKxE = k_BxSxKxE.astype(q_BxTxHxE.dtype)
   v_BxSxKxE = v_BxSxKxE.astype(q_BxTxHxE.dtype)
-  if impl == 'dot_product':
+  auto = impl == 'auto'
+  impl = resolve_impl(impl)
+  if impl == 'splash':
+    blocks = splash_blocks(t, s)
+    if q_slot_BxT is None and t > 1 and blocks is not None:
+      return _splash(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, kv_valid_BxS, seg_q_BxT, seg_k_BxS, blocks)
+    impl = 'chunked'
+  if q_slot_BxT is None:
+    q_slot_BxT = causal_slots_BxT(b, t)
+  if impl == 'dot_product' and not (auto and t == 1):
     mask_Bx1xTxS = visible_BxTxS(q_slot_BxT, kv_valid_BxS, seg_q_BxT, seg_k_BxS)[:, None]
-    return jax.nn.dot_product_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, mask=mask_Bx1xTxS)
+    cudnn = 'cudnn' if cudnn_applies(q_BxTxHxE, s) else None
+    return jax.nn.dot_product_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, mask=mask_Bx1xTxS,
+                                        implementation=cudnn)
   q_BxTxKxGxE = q_BxTxHxE.reshape(b, t, kh, h // kh, e)
-  if impl == 'full' or (t <= q_chunk and s <= kv_chunk) or t == 1:
+  if impl in ('full', 'dot_product') or (t <= q_chunk and s <= kv_chunk) or t == 1:
     mask = visible_BxTxS(q_slot_BxT, kv_valid_BxS, seg_q_BxT, seg_k_BxS)
     out = _full(q_BxTxKxGxE, k_BxSxKxE, v_BxSxKxE, mask)
   elif impl == 'chunked':

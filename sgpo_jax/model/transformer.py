@@ -65,7 +65,7 @@ class ModelConfig:
   dtype: str = 'float32'
   param_dtype: str = 'float32'
   remat: bool = False
-  attention_impl: str = 'chunked'  # chunked | full | dot_product (model/attention.py)
+  attention_impl: str = 'chunked'  # chunked | full | dot_product | splash | auto (attention.py)
   attention_q_chunk: int = 128  # chunked: queries per block
   attention_kv_chunk: int = 512  # chunked: keys per block
   # Layers per iteration of the layer scan; n_layers = straight-line code (longer compiles;
@@ -314,8 +314,11 @@ class Transformer(nn.Module):
     x_BxTxD = jnp.take(embedding_VxD, tokens_BxT, axis=0).astype(dtype)
 
     b, t = tokens_BxT.shape
+    causal_from_0 = isinstance(cache_index, (int, np.integer)) and cache_index == 0
     cache_index = jnp.asarray(cache_index, jnp.int32)
-    if cache_index.ndim == 1:
+    if causal_from_0:  # queries at slots 0..T-1, known while tracing (splash needs it)
+      q_slot_BxT = None
+    elif cache_index.ndim == 1:
       q_slot_BxT = cache_index[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
     else:
       q_slot_BxT = jnp.broadcast_to(cache_index + jnp.arange(t, dtype=jnp.int32), (b, t))
