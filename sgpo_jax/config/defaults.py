@@ -99,6 +99,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.scan_unroll = 1  # layers per step of the layer scan (1: a loop; n_layers: unrolled)
   c.model.init_std = 0.02
   c.model.hf_path = ''  # local HF checkpoint to start from (sgpo_jax/model/hf.py)
+  # LoRA / QLoRA through qwix (sgpo_jax/model/lora.py): only the adapters train.
+  c.model.lora_rank = 0  # 0 = full fine-tuning
+  c.model.lora_alpha = 16.0  # adapter scale = lora_alpha / lora_rank
+  c.model.lora_targets = 'q,k,v,o,gate,up,down'  # projections that get adapters
+  c.model.lora_base_dtype = ml_collections.config_dict.placeholder(str)  # None | int8 | nf4
 
   # Mesh: shape over axes; -1 = the rest of the devices.
   c.mesh = ml_collections.ConfigDict()

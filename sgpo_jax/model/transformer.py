@@ -72,12 +72,21 @@ class ModelConfig:
   # XLA's cost analysis counts a loop body once, so FLOPs cross-checks unroll fully).
   scan_unroll: int = 1
   init_std: float = 0.02
+  # LoRA / QLoRA (model/lora.py): rank 0 = full fine-tuning.
+  lora_rank: int = 0
+  lora_alpha: float = 16.0
+  lora_targets: tuple[str, ...] = ('q', 'k', 'v', 'o', 'gate', 'up', 'down')
+  lora_base_dtype: str | None = None  # None | 'int8' | 'nf4': the frozen base's storage
 
   @classmethod
   def from_config(cls, model_config) -> 'ModelConfig':
     """From the `config.model` ConfigDict (extra fields such as hf_path are ignored)."""
     names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in dict(model_config).items() if k in names})
+    values = {k: v for k, v in dict(model_config).items() if k in names}
+    if 'lora_targets' in values:
+      from sgpo_jax.model import lora as lora_lib
+      values['lora_targets'] = lora_lib.parse_targets(values['lora_targets'])
+    return cls(**values)
 
   @property
   def dtypes(self) -> tuple[jnp.dtype, jnp.dtype]:
@@ -85,6 +94,8 @@ class ModelConfig:
     return jnp.dtype(self.dtype), jnp.dtype(self.param_dtype)
 
   def validate(self) -> None:
+    from sgpo_jax.model import lora as lora_lib
+    lora_lib.check(self)
     if self.n_heads % self.n_kv_heads:
       raise ValueError(
           f'model.n_heads={self.n_heads} is not a multiple of model.n_kv_heads='
