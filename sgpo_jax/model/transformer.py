@@ -209,7 +209,7 @@ class Attention(nn.Module):
           (n_heads, cfg.head_dim), use_bias=cfg.qkv_bias, dtype=dtype, param_dtype=pdtype,
           kernel_init=_init(cfg.init_std, ('embed', head_axis, 'head_dim')),
           bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (head_axis, 'head_dim')),
-          name=name)(x_BxTxD)
+          name=name)(x_BxTxD).astype(dtype)  # a LoRA adapter (param dtype) may promote it
 
     q_BxTxHxE = proj('q', cfg.n_heads, 'heads')
     k_BxTxKxE = proj('k', cfg.n_kv_heads, 'kv_heads')
@@ -234,7 +234,7 @@ class Attention(nn.Module):
     out_BxTxD = nn.DenseGeneral(
         cfg.d_model, axis=(-2, -1), use_bias=False, dtype=dtype, param_dtype=pdtype,
         kernel_init=_init(cfg.init_std, ('heads', 'head_dim', 'embed')), name='o')(out_BxTxHxE)
-    return out_BxTxD, cache
+    return out_BxTxD.astype(dtype), cache
 
 
 def write_cache(cache, layer, cache_index, k_BxTxKxE, v_BxTxKxE):
@@ -271,9 +271,11 @@ class MLP(nn.Module):
     dense = lambda features, names, name: nn.Dense(  # noqa: E731
         features, use_bias=False, dtype=dtype, param_dtype=pdtype,
         kernel_init=_init(cfg.init_std, names), name=name)
-    gate_BxTxF = dense(cfg.d_ff, ('embed', 'mlp'), 'gate')(x_BxTxD)
-    up_BxTxF = dense(cfg.d_ff, ('embed', 'mlp'), 'up')(x_BxTxD)
-    return dense(cfg.d_model, ('mlp', 'embed'), 'down')(nn.silu(gate_BxTxF) * up_BxTxF)
+    # .astype: a LoRA adapter in the param dtype promotes a projection's output.
+    gate_BxTxF = dense(cfg.d_ff, ('embed', 'mlp'), 'gate')(x_BxTxD).astype(dtype)
+    up_BxTxF = dense(cfg.d_ff, ('embed', 'mlp'), 'up')(x_BxTxD).astype(dtype)
+    return dense(cfg.d_model, ('mlp', 'embed'), 'down')(
+        nn.silu(gate_BxTxF) * up_BxTxF).astype(dtype)
 
 
 class Block(nn.Module):
