@@ -112,7 +112,8 @@ def _logits(cfg, params, tokens):
 
 
 # Relative L2 error of the logits of a QLoRA base against the float32 base, tiny model
-# (init_std 0.2): int8 per-channel absmax measured 2.1%; nf4 is far coarser (16 levels).
+# (init_std 0.2, 2 layers): measured int8 2.1% (kernel 0.55%), nf4 29% (kernel 8.7%): nf4 has
+# 16 levels, and a random tiny model amplifies kernel error more than a trained one.
 QUANT_TOLERANCE = {'int8': 0.04, 'nf4': 0.5}
 
 
