@@ -119,6 +119,9 @@ def setup(config, workdir: str, show_progress: bool = True,
   if config.model.hf_path:
     from sgpo_jax.model import hf as hf_lib
     hf_lib.check_matches_checkpoint(model_cfg, config.model.hf_path)
+    if lora_lib.enabled(model_cfg):
+      with errors.config_errors():
+        lora_lib.check_family(hf_lib.read_hf_config(config.model.hf_path).get('model_type', ''))
   with errors.config_errors():
     sampling_dtype_lib.resolve(config.sampling.get('param_dtype', 'auto'))  # a bad name fails now
   if tokenizer.vocab_size > model_cfg.vocab_size:

@@ -42,6 +42,7 @@ Estimates (per device; B = batch shards = data * fsdp, T = max_prompt_len + max_
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from typing import Any
@@ -98,6 +99,37 @@ def activation_bytes(cfg: model_lib.ModelConfig, rows: int, seq_len: int,
   chunk = seq_len if logprob_chunk <= 0 else min(logprob_chunk, seq_len)
   logits = 2 * rows * chunk * cfg.vocab_size * 4
   return layers + logits
+
+
+QUANT_BYTES = {'int8': 1, 'nf4': 1}  # nf4 codes are stored one per byte (model/lora.py)
+
+
+def memory_breakdown(cfg: model_lib.ModelConfig, rows: int, seq_len: int,
+                     kv_dtype: str = 'bfloat16') -> dict[str, int]:
+  """Analytic bytes of parameters, gradients, AdamW state and the sampler's KV cache for
+  `rows` x `seq_len` tokens on one device, under `cfg`'s mode: full fine-tuning
+  (lora_rank 0), LoRA (adapters train, base frozen in param_dtype) or QLoRA (target
+  kernels of the base in int8 / nf4 plus a float32 scale per output channel)."""
+  from sgpo_jax.model import lora as lora_lib
+  pbytes = _BYTES[cfg.param_dtype]
+  total = flops_lib.param_counts(dataclasses.replace(cfg, lora_rank=0))['total']
+  kv = rows * seq_len * cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * _BYTES[kv_dtype]
+  if not lora_lib.enabled(cfg):
+    return {'params': total * pbytes, 'grads': total * pbytes, 'optimizer': total * 8,
+            'kv_cache': kv, 'trainable': total}
+  d, f, h, k, e, n = (cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim,
+                      cfg.n_layers)
+  shapes = {'q': (d, h * e), 'k': (d, k * e), 'v': (d, k * e), 'o': (h * e, d),
+            'gate': (d, f), 'up': (d, f), 'down': (f, d)}
+  target = n * sum(a * b for a, b in (shapes[t] for t in cfg.lora_targets))
+  scales = n * sum(shapes[t][1] for t in cfg.lora_targets)
+  adapters = lora_lib.expected_adapter_count(cfg)
+  if cfg.lora_base_dtype is None:
+    base = total * pbytes
+  else:
+    base = (total - target) * pbytes + target * QUANT_BYTES[cfg.lora_base_dtype] + scales * 4
+  return {'params': base + adapters * pbytes, 'grads': adapters * pbytes,
+          'optimizer': adapters * 8, 'kv_cache': kv, 'trainable': adapters}
 
 
 def dry_run(config: ml_collections.ConfigDict, num_devices: int | None = None,

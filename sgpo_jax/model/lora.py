@@ -308,6 +308,27 @@ def shardings(cfg: model_lib.ModelConfig, mesh, rules=None):
   return out
 
 
+def restore_structure(cfg: model_lib.ModelConfig, raw):
+  """A checkpoint's params restored without a target (nested dicts) -> the LoRA tree:
+  quantized kernels (dicts of qvalue/scale) become WithAux(QArray) again."""
+  if not enabled(cfg) or cfg.lora_base_dtype is None:
+    return raw
+  from qwix._src.core import qarray
+  from qwix._src.providers import ptq
+  out = _copy_tree(raw)
+  for path, how in _quantize_recipes(cfg).items():
+    node = out
+    for key in path[:-1]:
+      node = node[key]
+    leaf = node[path[-1]]
+    if isinstance(leaf, dict):
+      arr = leaf['array']
+      node[path[-1]] = ptq.WithAux(qarray.QArray(
+          qvalue=jnp.asarray(arr['qvalue']), scale=jnp.asarray(arr['scale']),
+          zero_point=None, qtype=how.qtype), how)
+  return out
+
+
 def attach_sharded(cfg: model_lib.ModelConfig, base_params, mesh, rng):
   """`attach` on the mesh: (LoRA params, their shardings)."""
   out_shardings = shardings(cfg, mesh)
