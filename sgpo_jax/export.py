@@ -1,10 +1,14 @@
 """A finished (or running) run's policy back out: load its latest checkpoint, write HF format.
 
-    python -m sgpo_jax.export --workdir runs/default --out exported/ [--step N]
+    python -m sgpo_jax.export --workdir runs/default --out exported/ [--step N] [--peft_out DIR]
 
 The run's `config.json` gives the model; the checkpoint's `state.params` are the trained
 weights; an HF tokenizer saved with the run is copied next to them (the embedded char
 tokenizer has no HF form, so only weights and config are written for it).
+
+A LoRA run (model.lora_rank > 0) exports merged weights, W + (alpha / r) A B with a QLoRA
+base dequantized first; `--peft_out` also writes the adapters alone in the PEFT layout
+(adapter_model.safetensors + adapter_config.json; model/lora.py).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 import ml_collections
 import orbax.checkpoint as ocp
 
+from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.outputs import checkpoint as checkpoint_lib
 from sgpo_jax.model import transformer as model_lib
 
@@ -39,12 +44,20 @@ def load_policy(workdir: str, step: int | None = None):
   restored = ckpt.manager.restore(step, args=ocp.args.Composite(
       state=ocp.args.StandardRestore()))
   ckpt.close()
-  return restored['state']['params'], cfg, step
+  return lora_lib.restore_structure(cfg, restored['state']['params']), cfg, step
 
 
-def export_run(workdir: str, out_dir: str, step: int | None = None, **kwargs) -> list[str]:
+def export_run(workdir: str, out_dir: str, step: int | None = None, peft_out: str | None = None,
+               **kwargs) -> list[str]:
   from sgpo_jax.model import hf
   params, cfg, _ = load_policy(workdir, step)
+  if lora_lib.enabled(cfg):
+    if peft_out:
+      lora_lib.save_peft(cfg, params, peft_out)
+    params = lora_lib.merged_params(cfg, params)
+  elif peft_out:
+    raise ValueError(f'--peft_out={peft_out!r}: the run in {workdir!r} has no LoRA adapters '
+                     '(model.lora_rank=0).')
   tokenizer_dir = os.path.join(workdir, 'tokenizer')
   has_hf_tokenizer = os.path.exists(os.path.join(tokenizer_dir, 'tokenizer_config.json'))
   return hf.save_hf_checkpoint(params, cfg, out_dir,
@@ -59,8 +72,10 @@ def main() -> None:
   parser.add_argument('--out', required=True)
   parser.add_argument('--step', type=int, default=None)
   parser.add_argument('--dtype', default=None, help='float32 | bfloat16 (default: param dtype)')
+  parser.add_argument('--peft_out', default=None,
+                      help='LoRA runs: also write the adapters alone (PEFT layout) here')
   args = parser.parse_args()
-  files = export_run(args.workdir, args.out, args.step, dtype=args.dtype)
+  files = export_run(args.workdir, args.out, args.step, peft_out=args.peft_out, dtype=args.dtype)
   print(f'wrote {len(files)} files to {args.out}')
 
 

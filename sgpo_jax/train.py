@@ -44,6 +44,7 @@ from sgpo_jax.model import dry_run as dry_run_lib
 from sgpo_jax.outputs import environment
 from sgpo_jax.generate import evaluate as evaluate_lib
 from sgpo_jax.model import flops as flops_lib
+from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.rl import learner as learner_lib
 from sgpo_jax.rl import overlong as overlong_lib
 from sgpo_jax.outputs import metrics as metrics_lib
@@ -119,6 +120,9 @@ def setup(config, workdir: str, show_progress: bool = True,
   if config.model.hf_path:
     from sgpo_jax.model import hf as hf_lib
     hf_lib.check_matches_checkpoint(model_cfg, config.model.hf_path)
+    if lora_lib.enabled(model_cfg):
+      with errors.config_errors():
+        lora_lib.check_family(hf_lib.read_hf_config(config.model.hf_path).get('model_type', ''))
   with errors.config_errors():
     sampling_dtype_lib.resolve(config.sampling.get('param_dtype', 'auto'))  # a bad name fails now
   if tokenizer.vocab_size > model_cfg.vocab_size:
@@ -145,6 +149,9 @@ def setup(config, workdir: str, show_progress: bool = True,
   reward_fn = tasks.get_reward_fn(config.data)
   params, shardings, init_info = warm_start_lib.initial_policy(
       config, model_cfg, mesh, tokenizer, train_queries, workdir, show_progress)
+  if lora_lib.enabled(model_cfg):  # adapters beside the (quantized) frozen base
+    params, shardings = lora_lib.attach_sharded(model_cfg, params, mesh,
+                                                jax.random.key(config.seed))
   # RL and profiling on a prefix (or a difficulty-stratified selection); the warm start saw
   # the whole pool.
   with errors.config_errors():
@@ -294,8 +301,9 @@ def restore_or_init(su: Setup, show_progress: bool = True) -> RunState:
   config = su.config
   learner = learner_lib.Learner(su.model_cfg, su.mesh, su.param_shardings, config,
                                 config.train.num_steps)
-  ref_params = (jax.tree.map(lambda x: x.copy(), su.params) if config.train.kl_coef > 0
-                else None)
+  # With LoRA the reference is the base (B zeroed) of the current params, made each step.
+  ref_params = (jax.tree.map(lambda x: x.copy(), su.params)
+                if config.train.kl_coef > 0 and not lora_lib.enabled(su.model_cfg) else None)
   ckpt = checkpoint_lib.Checkpointer(paths_lib.join(su.workdir, 'checkpoints'),
                                      config.checkpoint.keep, config.checkpoint.async_save)
   train_state, meta, latest = learner.init_state(su.params), {}, None
@@ -361,7 +369,9 @@ def rl_step(su: Setup, rs: RunState) -> dict | None:
     return None
   batch = train_batch(su, filled.layout, filled.rollout)
   if t.kl_coef > 0:
-    batch['ref_logp_RxT1'] = _policy_logprobs(su, rs, rs.ref_params, batch, 'reference')
+    ref_params = (lora_lib.reference_params(params) if lora_lib.enabled(su.model_cfg)
+                  else rs.ref_params)
+    batch['ref_logp_RxT1'] = _policy_logprobs(su, rs, ref_params, batch, 'reference')
   if t.mu > 1:  # the behaviour policy's log-probs, recomputed once for the mu passes
     batch['old_logp_RxT1'] = _policy_logprobs(su, rs, params, batch, 'old_logprob')
   for _ in range(t.mu):
@@ -461,6 +471,8 @@ def finalize(su: Setup, rs: RunState) -> dict:
       'method': config.method, 'seed': config.seed, 'steps': rs.step,
       'model_name': config.model.hf_path or 'embedded',
       'params_nonembed': counts['nonembed'], 'params_total': counts['total'],
+      # trainable (LoRA adapters, else all) and total weights of the trained tree
+      **lora_lib.param_counts(rs.train_state['params']),
       'eval_accuracy_initial': rs.meta['eval_initial']['eval_accuracy'],
       'eval_accuracy_final': rs.last_eval['eval_accuracy'],
       # Binomial SE of each (older checkpoints' metas may lack it: recomputed from n).

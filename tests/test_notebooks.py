@@ -1,8 +1,10 @@
 """The notebooks: stored without outputs, small cells, and executed top to bottom (headless).
 
 Execution runs each notebook with nbclient in a fresh kernel of this interpreter, with
-`SGPO_NOTEBOOK_SMOKE=1` (the first code cell shrinks model, pool, warm start and steps) and
-`SGPO_NOTEBOOK_WORKDIR` pointing into the test's tmp dir. A failing cell fails the test with
+`SGPO_NOTEBOOK_SMOKE=1` (the first code cell shrinks model, pool, warm start and steps),
+`SGPO_NOTEBOOK_OFFLINE=1` (a notebook that downloads a model and data from the Hugging Face
+Hub builds a tiny random checkpoint of the same architecture and reads shipped rows instead)
+and `SGPO_NOTEBOOK_WORKDIR` pointing into the test's tmp dir. A failing cell fails the test with
 the cell's source and traceback in the assertion message.
 """
 
@@ -18,7 +20,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK_DIR = os.path.join(REPO, 'notebooks')
 NOTEBOOKS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(NOTEBOOK_DIR, '*.ipynb')))
-EXPECTED = {'quickstart.ipynb', 'hf_math_quickstart.ipynb'}
+EXPECTED = {'quickstart.ipynb', 'hf_math_quickstart.ipynb', 'colab_qwen_gsm8k_lora.ipynb'}
 MAX_CELL_LINES = 30
 CELL_TIMEOUT_S = 600
 ANSI = re.compile(r'\x1b\[[0-9;]*m')  # the kernel colours its tracebacks
@@ -58,6 +60,7 @@ def test_notebook_executes(name, tmp_path, monkeypatch):
   pytest.importorskip('ipykernel')
   nb = _read(name)
   monkeypatch.setenv('SGPO_NOTEBOOK_SMOKE', '1')
+  monkeypatch.setenv('SGPO_NOTEBOOK_OFFLINE', '1')
   monkeypatch.setenv('SGPO_NOTEBOOK_WORKDIR', str(tmp_path / 'work'))
   monkeypatch.setenv('MPLBACKEND', 'Agg')
   # The kernel runs this interpreter (kernel specs often say plain `python`) and imports

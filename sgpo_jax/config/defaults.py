@@ -31,7 +31,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.seed = 0
   c.dry_run = False  # build abstractly, print memory/FLOPs table, exit
   # The dry run judges memory against this device ('' = the one it runs on): h100-80gb |
-  # h200 | v5e | v4 | cpu (sgpo_jax/model/devices.py).
+  # h200 | l4 | t4 | v5e | v4 | cpu (sgpo_jax/model/devices.py).
   c.dry_run_device = ''
 
   # Queries. `source='arithmetic'` generates the embedded task from `seed`; other sources
@@ -99,6 +99,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.scan_unroll = 1  # layers per step of the layer scan (1: a loop; n_layers: unrolled)
   c.model.init_std = 0.02
   c.model.hf_path = ''  # local HF checkpoint to start from (sgpo_jax/model/hf.py)
+  # LoRA / QLoRA through qwix (sgpo_jax/model/lora.py): only the adapters train.
+  c.model.lora_rank = 0  # 0 = full fine-tuning
+  c.model.lora_alpha = 16.0  # adapter scale = lora_alpha / lora_rank
+  c.model.lora_targets = 'q,k,v,o,gate,up,down'  # projections that get adapters
+  c.model.lora_base_dtype = ml_collections.config_dict.placeholder(str)  # None | int8 | nf4
 
   # Mesh: shape over axes; -1 = the rest of the devices.
   c.mesh = ml_collections.ConfigDict()

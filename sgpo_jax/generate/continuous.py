@@ -48,6 +48,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from sgpo_jax.model import flops as flops_lib
+from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.model import sharding as sharding_lib
 from sgpo_jax.generate.sampler import SampleOutput, check_draw, pick_tokens
@@ -91,7 +92,7 @@ class ContinuousSampler:
     self.bos_id = pad_id if bos_id is None else bos_id
     self.buckets = prefill_buckets(max_prompt_len, prefill_step)
     self.widths = decode_widths(slots)
-    self.model = model_lib.Transformer(cfg)
+    self.model = lora_lib.make_model(cfg)
     self.traces = 0
     rep = sharding_lib.replicated(mesh)
     generate = self._generate

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
+from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.model import sharding as sharding_lib
 
@@ -123,7 +124,7 @@ class Sampler:
     self.pad_id = pad_id
     self.bos_id = pad_id if bos_id is None else bos_id
     self.buckets = prompt_buckets(max_prompt_len, min_prompt_bucket)
-    self.model = model_lib.Transformer(cfg)
+    self.model = lora_lib.make_model(cfg)
     self.traces = 0
     rows_2d = sharding_lib.batch_sharding(mesh, 2)
     rows_1d = sharding_lib.batch_sharding(mesh, 1)

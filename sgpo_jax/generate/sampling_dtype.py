@@ -43,8 +43,11 @@ def sampling_model_config(cfg, dtype: str):
 def cast_params(params: Any, dtype: str, shardings: Any = None) -> Any:
   """`params` in `dtype` (same shardings), or `params` itself when every leaf already is."""
   target = jnp.dtype(dtype)
-  if all(x.dtype == target for x in jax.tree.leaves(params)):
+  # Integer leaves (a QLoRA base's quantized values: model/lora.py) keep their dtype.
+  floats = [x for x in jax.tree.leaves(params) if jnp.issubdtype(x.dtype, jnp.floating)]
+  if all(x.dtype == target for x in floats):
     return params
-  cast = jax.jit(lambda p: jax.tree.map(lambda x: x.astype(target), p),
-                 out_shardings=shardings)
+  cast = jax.jit(lambda p: jax.tree.map(
+      lambda x: x.astype(target) if jnp.issubdtype(x.dtype, jnp.floating) else x, p),
+      out_shardings=shardings)
   return cast(params)

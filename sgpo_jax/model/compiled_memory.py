@@ -73,7 +73,14 @@ def _sds(shape, dtype, sharding=None) -> jax.ShapeDtypeStruct:
 
 
 def abstract_params(cfg: model_lib.ModelConfig, mesh) -> tuple[Any, Any]:
-  """(params as sharded ShapeDtypeStructs, their shardings), as `sharding.init_sharded_params`."""
+  """(params as sharded ShapeDtypeStructs, their shardings), as `sharding.init_sharded_params`
+  (with LoRA: as `lora.attach_sharded`, adapters beside the possibly quantized base)."""
+  from sgpo_jax.model import lora as lora_lib
+  if lora_lib.enabled(cfg):
+    key = jax.random.key(0)
+    shapes = jax.eval_shape(lambda: lora_lib.attach(cfg, model_lib.init_params(cfg, key), key))
+    shardings = lora_lib.shardings(cfg, mesh)
+    return jax.tree.map(lambda x, s: _sds(x.shape, x.dtype, s), shapes, shardings), shardings
   boxed = model_lib.abstract_params(cfg)
   shardings = sharding_lib.param_shardings(boxed, mesh)
   params = jax.tree.map(lambda x, s: _sds(x.shape, x.dtype, s), model_lib.nn.meta.unbox(boxed),
@@ -174,7 +181,8 @@ def build_programs(config, cfg: model_lib.ModelConfig, mesh) -> list[Program]:
   t, s = config.train, config.sampling
   params, shardings = abstract_params(cfg, mesh)
   learner = learner_lib.Learner(cfg, mesh, shardings, config, int(t.num_steps))
-  opt_state = abstract_opt_state(learner.optimizer, params, mesh)
+  # With LoRA the optimizer holds moments for the adapters only (Learner.init_state).
+  opt_state = abstract_opt_state(learner.optimizer, learner.trainable(params)[0], mesh)
   state = {'params': params, 'opt_state': opt_state}
   learner._build(state)  # the same jit the trainer's init_state builds, on abstract state
   param_bytes, opt_bytes = tree_bytes_per_device(params), tree_bytes_per_device(opt_state)

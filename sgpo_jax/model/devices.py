@@ -31,6 +31,10 @@ DEVICES = {
     'h100-80gb': DeviceSpec('h100-80gb', 80 * GIB, 3.35e12, 989e12, 'gpu',
                             ('NVIDIA H100 80GB HBM3', 'NVIDIA H100 SXM', 'NVIDIA H100')),
     'h200': DeviceSpec('h200', 141 * 10**9, 4.8e12, 989e12, 'gpu', ('NVIDIA H200',)),
+    # Colab's GPUs, memory as nvidia-smi shows it (ECC and driver reserve taken off). The T4
+    # has no bf16 tensor cores (XLA runs bf16 through f32): its entry is the fp16 figure.
+    't4': DeviceSpec('t4', 15360 * 1024**2, 320e9, 65e12, 'gpu', ('Tesla T4',)),
+    'l4': DeviceSpec('l4', 23034 * 1024**2, 300e9, 121e12, 'gpu', ('NVIDIA L4',)),
     'v5e': DeviceSpec('v5e', 16 * GIB, 819e9, 197e12, 'tpu', ('TPU v5 lite', 'TPU v5e')),
     'v4': DeviceSpec('v4', 32 * GIB, 1.2e12, 275e12, 'tpu', ('TPU v4',)),
     'cpu': DeviceSpec('cpu', 0, 0.0, 0.0, 'cpu', ('cpu',)),

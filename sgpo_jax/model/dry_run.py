@@ -42,6 +42,7 @@ Estimates (per device; B = batch shards = data * fsdp, T = max_prompt_len + max_
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from typing import Any
@@ -54,6 +55,7 @@ from sgpo_jax.data import inputs as inputs_lib
 from sgpo_jax.model import compiled_memory
 from sgpo_jax.model import devices as devices_lib
 from sgpo_jax.model import flops as flops_lib
+from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.model import sharding as sharding_lib
 
@@ -99,6 +101,37 @@ def activation_bytes(cfg: model_lib.ModelConfig, rows: int, seq_len: int,
   return layers + logits
 
 
+QUANT_BYTES = {'int8': 1, 'nf4': 1}  # nf4 codes are stored one per byte (model/lora.py)
+
+
+def memory_breakdown(cfg: model_lib.ModelConfig, rows: int, seq_len: int,
+                     kv_dtype: str = 'bfloat16') -> dict[str, int]:
+  """Analytic bytes of parameters, gradients, AdamW state and the sampler's KV cache for
+  `rows` x `seq_len` tokens on one device, under `cfg`'s mode: full fine-tuning
+  (lora_rank 0), LoRA (adapters train, base frozen in param_dtype) or QLoRA (target
+  kernels of the base in int8 / nf4 plus a float32 scale per output channel)."""
+  from sgpo_jax.model import lora as lora_lib
+  pbytes = _BYTES[cfg.param_dtype]
+  total = flops_lib.param_counts(dataclasses.replace(cfg, lora_rank=0))['total']
+  kv = rows * seq_len * cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * _BYTES[kv_dtype]
+  if not lora_lib.enabled(cfg):
+    return {'params': total * pbytes, 'grads': total * pbytes, 'optimizer': total * 8,
+            'kv_cache': kv, 'trainable': total}
+  d, f, h, k, e, n = (cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim,
+                      cfg.n_layers)
+  shapes = {'q': (d, h * e), 'k': (d, k * e), 'v': (d, k * e), 'o': (h * e, d),
+            'gate': (d, f), 'up': (d, f), 'down': (f, d)}
+  target = n * sum(a * b for a, b in (shapes[t] for t in cfg.lora_targets))
+  scales = n * sum(shapes[t][1] for t in cfg.lora_targets)
+  adapters = lora_lib.expected_adapter_count(cfg)
+  if cfg.lora_base_dtype is None:
+    base = total * pbytes
+  else:
+    base = (total - target) * pbytes + target * QUANT_BYTES[cfg.lora_base_dtype] + scales * 4
+  return {'params': base + adapters * pbytes, 'grads': adapters * pbytes,
+          'optimizer': adapters * 8, 'kv_cache': kv, 'trainable': adapters}
+
+
 def dry_run(config: ml_collections.ConfigDict, num_devices: int | None = None,
             print_table: bool = True, compile: bool = True) -> dict[str, Any]:
   """Memory and FLOPs of `config` without weights; see the module docstring.
@@ -134,12 +167,15 @@ def dry_run(config: ml_collections.ConfigDict, num_devices: int | None = None,
   seq_len = int(s.max_prompt_len) + int(s.max_new_tokens)
   micro_rows = math.ceil(rows / max(1, int(t.micro_batches)) / batch_shards)
   pbytes = _BYTES[cfg.param_dtype]
+  # With LoRA only the adapters have gradients and AdamW moments (spread like the weights).
+  trainable = lora_lib.expected_adapter_count(cfg) if lora_lib.enabled(cfg) else param_elems
+  trainable_dev = math.ceil(trainable * param_elems_dev / param_elems)
   kv = (rows * seq_len * cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * _BYTES[cfg.dtype]
         / batch_shards)
   memory = {
-      'params': param_elems_dev * pbytes,
-      'grads': param_elems_dev * pbytes,
-      'optimizer': param_elems_dev * 2 * 4,
+      'params': (param_elems_dev + (trainable_dev if trainable != param_elems else 0)) * pbytes,
+      'grads': trainable_dev * pbytes,
+      'optimizer': trainable_dev * 2 * 4,
       'kv_cache': math.ceil(kv),
       'activations': activation_bytes(cfg, micro_rows, seq_len, int(t.logprob_chunk)),
   }
@@ -162,6 +198,7 @@ def dry_run(config: ml_collections.ConfigDict, num_devices: int | None = None,
   result = {
       'model': {'params_total': counts['total'], 'params_nonembed': counts['nonembed'],
                 'embedding': counts['embedding'], 'lm_head': counts['lm_head'],
+                'trainable': trainable,
                 'param_dtype': cfg.param_dtype, 'dtype': cfg.dtype, 'remat': cfg.remat},
       'mesh': {'shape': mesh_shape, 'mode': mode, 'devices': math.prod(mesh_shape.values()),
                'batch_shards': batch_shards},
@@ -240,6 +277,8 @@ def format_table(result: dict[str, Any]) -> str:
       (f"  params       {m['params_total'] / 1e6:10.1f} M total, "
        f"{m['params_nonembed'] / 1e6:.1f} M non-embedding "
        f"(param {m['param_dtype']}, compute {m['dtype']}, remat {m['remat']})"),
+      f"  trainable    {m['trainable'] / 1e6:10.2f} M" + (
+          ' (LoRA adapters)' if m['trainable'] != m['params_total'] else ''),
       (f"  batch        {shapes['rows_per_batch']} rows x {shapes['seq_len']} tokens, "
        f"{shapes['micro_batch_rows_per_device']} rows per device per micro-batch"),
       '  bytes per device',

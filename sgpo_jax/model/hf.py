@@ -206,6 +206,16 @@ def model_config_from_hf(hf_dir: str | Mapping[str, Any], **overrides: Any
   return cfg
 
 
+def architecture_fields(hf_dir: str) -> dict[str, Any]:
+  """The architecture fields of `config.model` (dims, RoPE, norms, biases) from config.json.
+
+  For a config written for one checkpoint that must point at another of the same family
+  (e.g. a tiny offline stand-in): dtypes, remat, LoRA and max_len stay as the config has them.
+  """
+  cfg = model_config_from_hf(hf_dir)
+  return {name: getattr(cfg, name) for name in _ARCH_FIELDS}
+
+
 def check_matches_checkpoint(cfg: model_lib.ModelConfig, hf_dir: str) -> None:
   """Raises naming every architecture field where `cfg` and the checkpoint disagree."""
   want = model_config_from_hf(hf_dir)

@@ -72,12 +72,21 @@ class ModelConfig:
   # XLA's cost analysis counts a loop body once, so FLOPs cross-checks unroll fully).
   scan_unroll: int = 1
   init_std: float = 0.02
+  # LoRA / QLoRA (model/lora.py): rank 0 = full fine-tuning.
+  lora_rank: int = 0
+  lora_alpha: float = 16.0
+  lora_targets: tuple[str, ...] = ('q', 'k', 'v', 'o', 'gate', 'up', 'down')
+  lora_base_dtype: str | None = None  # None | 'int8' | 'nf4': the frozen base's storage
 
   @classmethod
   def from_config(cls, model_config) -> 'ModelConfig':
     """From the `config.model` ConfigDict (extra fields such as hf_path are ignored)."""
     names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in dict(model_config).items() if k in names})
+    values = {k: v for k, v in dict(model_config).items() if k in names}
+    if 'lora_targets' in values:
+      from sgpo_jax.model import lora as lora_lib
+      values['lora_targets'] = lora_lib.parse_targets(values['lora_targets'])
+    return cls(**values)
 
   @property
   def dtypes(self) -> tuple[jnp.dtype, jnp.dtype]:
@@ -85,6 +94,8 @@ class ModelConfig:
     return jnp.dtype(self.dtype), jnp.dtype(self.param_dtype)
 
   def validate(self) -> None:
+    from sgpo_jax.model import lora as lora_lib
+    lora_lib.check(self)
     if self.n_heads % self.n_kv_heads:
       raise ValueError(
           f'model.n_heads={self.n_heads} is not a multiple of model.n_kv_heads='
@@ -198,7 +209,7 @@ class Attention(nn.Module):
           (n_heads, cfg.head_dim), use_bias=cfg.qkv_bias, dtype=dtype, param_dtype=pdtype,
           kernel_init=_init(cfg.init_std, ('embed', head_axis, 'head_dim')),
           bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (head_axis, 'head_dim')),
-          name=name)(x_BxTxD)
+          name=name)(x_BxTxD).astype(dtype)  # a LoRA adapter (param dtype) may promote it
 
     q_BxTxHxE = proj('q', cfg.n_heads, 'heads')
     k_BxTxKxE = proj('k', cfg.n_kv_heads, 'kv_heads')
@@ -223,7 +234,7 @@ class Attention(nn.Module):
     out_BxTxD = nn.DenseGeneral(
         cfg.d_model, axis=(-2, -1), use_bias=False, dtype=dtype, param_dtype=pdtype,
         kernel_init=_init(cfg.init_std, ('heads', 'head_dim', 'embed')), name='o')(out_BxTxHxE)
-    return out_BxTxD, cache
+    return out_BxTxD.astype(dtype), cache
 
 
 def write_cache(cache, layer, cache_index, k_BxTxKxE, v_BxTxKxE):
@@ -260,9 +271,11 @@ class MLP(nn.Module):
     dense = lambda features, names, name: nn.Dense(  # noqa: E731
         features, use_bias=False, dtype=dtype, param_dtype=pdtype,
         kernel_init=_init(cfg.init_std, names), name=name)
-    gate_BxTxF = dense(cfg.d_ff, ('embed', 'mlp'), 'gate')(x_BxTxD)
-    up_BxTxF = dense(cfg.d_ff, ('embed', 'mlp'), 'up')(x_BxTxD)
-    return dense(cfg.d_model, ('mlp', 'embed'), 'down')(nn.silu(gate_BxTxF) * up_BxTxF)
+    # .astype: a LoRA adapter in the param dtype promotes a projection's output.
+    gate_BxTxF = dense(cfg.d_ff, ('embed', 'mlp'), 'gate')(x_BxTxD).astype(dtype)
+    up_BxTxF = dense(cfg.d_ff, ('embed', 'mlp'), 'up')(x_BxTxD).astype(dtype)
+    return dense(cfg.d_model, ('mlp', 'embed'), 'down')(
+        nn.silu(gate_BxTxF) * up_BxTxF).astype(dtype)
 
 
 class Block(nn.Module):

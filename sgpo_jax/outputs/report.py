@@ -106,6 +106,10 @@ def write_report(workdir: str, summary: dict[str, Any], rows: list[dict], alloca
             f"Useful (non-padding) FLOPs: {_fmt(f['useful_total'])}; eval (not in total): "
             f"{_fmt(f['eval'])}. Mean padding fraction per batch: "
             f"{summary['padding_fraction']:.1%}.", '',
+            *([f"Trainable parameters: {summary['trainable_params']:,} of "
+               f"{summary['total_params']:,} ({summary['trainable_params'] / max(summary['total_params'], 1):.2%}"
+               "; LoRA adapters when model.lora_rank > 0).", '']
+              if 'trainable_params' in summary else []),
             f"Compilations: train step {summary['compiles']['train_step']}, sampler "
             f"{summary['compiles']['sampler']}.", '']
   init_info = summary.get('initial_policy', {})

@@ -30,6 +30,7 @@ from jax.sharding import Mesh
 
 from sgpo_jax.model import flops as flops_lib
 from sgpo_jax.rl import losses as grpo
+from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.rl import sequence_packing as packing_lib
 from sgpo_jax.model import sharding as sharding_lib
@@ -135,7 +136,7 @@ class Learner:
   def __init__(self, cfg: model_lib.ModelConfig, mesh: Mesh, param_shardings, config,
                num_steps: int):
     self.cfg, self.mesh, self.config = cfg, mesh, config
-    self.model = model_lib.Transformer(cfg)
+    self.model = lora_lib.make_model(cfg)
     self.settings = LossSettings.from_config(config)
     self.optimizer = make_optimizer(config.train, num_steps)
     self.param_shardings = param_shardings
@@ -160,8 +161,19 @@ class Learner:
   def compile_count(self) -> int:
     return self.traces
 
+  def trainable(self, params):
+    """(trainable, frozen) parts of `params`: the LoRA adapters and the base with LoRA
+    (model/lora.py), else all parameters and nothing."""
+    if lora_lib.enabled(self.cfg):
+      return lora_lib.split(params)
+    return params, {}
+
+  def _join(self, trainable, frozen):
+    return lora_lib.merge(trainable, frozen) if lora_lib.enabled(self.cfg) else trainable
+
   def init_state(self, params) -> dict[str, Any]:
-    opt_state = sharding_lib.init_optimizer_state(self.optimizer, params)
+    # With LoRA the optimizer holds moments for the adapters only.
+    opt_state = sharding_lib.init_optimizer_state(self.optimizer, self.trainable(params)[0])
     state = {'params': params, 'opt_state': opt_state}
     self._build(state)
     return state
@@ -232,10 +244,12 @@ class Learner:
         batch['rewards_R'], batch['group_id_R'], batch['valid_R'], rows, s.advantage, s.std_eps)
     denom = grpo.loss_denominator(batch['completion_mask_RxT1'], batch['valid_R'], s.loss_agg,
                                   s.max_new_tokens)
-    grad_fn = jax.value_and_grad(self._loss, has_aux=True)
+    train_p, frozen_p = self.trainable(state['params'])
+    grad_fn = jax.value_and_grad(
+        lambda tp, *a: self._loss(self._join(tp, frozen_p), *a), has_aux=True)
     n_mb = s.micro_batches
     if n_mb == 1:
-      (loss, metrics), grads = grad_fn(state['params'], batch, denom, advantages_R)
+      (loss, metrics), grads = grad_fn(train_p, batch, denom, advantages_R)
     else:
       # Rows are split into micro-batches (never tokens of a row); sums stay exact because
       # every micro-batch divides by the full batch's denominator.
@@ -245,18 +259,18 @@ class Learner:
 
       def accumulate(carry, xs):
         mb, adv = xs
-        (loss_i, metrics_i), grads_i = grad_fn(state['params'], mb, denom, adv)
+        (loss_i, metrics_i), grads_i = grad_fn(train_p, mb, denom, adv)
         g_acc, l_acc, m_acc = carry
         g_acc = jax.tree.map(jnp.add, g_acc, grads_i)
         m_acc = metrics_i if m_acc is None else grpo.merge_loss_metrics(m_acc, metrics_i)
         return (g_acc, l_acc + loss_i, m_acc), None
 
       first = jax.tree.map(lambda x: x[0], (mbs, adv_mbs))
-      (loss0, metrics0), grads0 = grad_fn(state['params'], first[0], denom, first[1])
+      (loss0, metrics0), grads0 = grad_fn(train_p, first[0], denom, first[1])
       rest = jax.tree.map(lambda x: x[1:], (mbs, adv_mbs))
       (grads, loss, metrics), _ = jax.lax.scan(accumulate, (grads0, loss0, metrics0), rest)
-    updates, opt_state = self.optimizer.update(grads, state['opt_state'], state['params'])
-    params = optax.apply_updates(state['params'], updates)
+    updates, opt_state = self.optimizer.update(grads, state['opt_state'], train_p)
+    params = self._join(optax.apply_updates(train_p, updates), frozen_p)
     out = dict(grpo.finalize_loss_metrics(metrics))
     out.update({f'{k}': v for k, v in adv_stats.items()})
     out['loss'] = loss
@@ -301,7 +315,9 @@ class Learner:
     else:
       weight_R, denom = valid_f_R / s.max_new_tokens, jnp.sum(valid_f_R)
     params = state['params']
-    grad_fn = jax.value_and_grad(self._packed_loss, has_aux=True)
+    train_p, frozen_p = self.trainable(params)
+    grad_fn = jax.value_and_grad(
+        lambda tp, *a: self._packed_loss(self._join(tp, frozen_p), *a), has_aux=True)
     buffers = {k: v for k, v in packed.items() if k.endswith(('MxBxL', 'MxBxL1'))}
     first = jax.tree.map(lambda x: x[0], buffers)
     metric_shapes = jax.eval_shape(lambda: self._packed_loss(params, first, advantages_R,
@@ -309,22 +325,22 @@ class Learner:
     def fill(name):  # identities of merge_loss_metrics: max, min, sum
       return -jnp.inf if name.endswith('_max') else jnp.inf if name.endswith('_min') else 0.0
     metrics0 = {k: jnp.full(v.shape, fill(k), v.dtype) for k, v in metric_shapes.items()}
-    carry0 = (jax.tree.map(jnp.zeros_like, params), jnp.float32(0.0), metrics0)
+    carry0 = (jax.tree.map(jnp.zeros_like, train_p), jnp.float32(0.0), metrics0)
 
     def accumulate(carry, xs):
       buf, used = xs
 
       def run(carry):
         g_acc, l_acc, m_acc = carry
-        (loss_i, metrics_i), grads_i = grad_fn(params, buf, advantages_R, weight_R, denom)
+        (loss_i, metrics_i), grads_i = grad_fn(train_p, buf, advantages_R, weight_R, denom)
         return (jax.tree.map(jnp.add, g_acc, grads_i), l_acc + loss_i,
                 grpo.merge_loss_metrics(m_acc, metrics_i))
       return jax.lax.cond(used, run, lambda c: c, carry), None
 
     (grads, loss, metrics), _ = jax.lax.scan(accumulate, carry0, (buffers, packed['used_M']))
     metrics['seq_count'] = jnp.sum(valid_f_R)
-    updates, opt_state = self.optimizer.update(grads, state['opt_state'], params)
-    params = optax.apply_updates(params, updates)
+    updates, opt_state = self.optimizer.update(grads, state['opt_state'], train_p)
+    params = self._join(optax.apply_updates(train_p, updates), frozen_p)
     out = dict(grpo.finalize_loss_metrics(metrics))
     out.update(adv_stats)
     out['loss'] = loss
