@@ -113,6 +113,10 @@ def test_the_readme_run_and_every_regime_have_a_shipped_warm_start():
     assert path is not None, f'no shipped warm start for {arg!r}'
     with open(path[:-len('.safetensors')] + '.json') as f:
       assert round(json.load(f)['final_loss'], 3) == loss, arg
+  # Adapters attach after the (fully fine-tuned) warm start: LoRA settings keep the key.
+  lora = default_file.get_config('')
+  lora.model.lora_rank, lora.model.lora_base_dtype = 8, 'int8'
+  assert warm_start.cache_key(lora) == warm_start.cache_key(default_file.get_config(''))
 
 
 def _per_layer(params):

@@ -37,6 +37,8 @@ def cache_key(config) -> str:
   relevant['warm_start'].pop('cache_dir', None)
   for name in ('attention_impl', 'attention_q_chunk', 'attention_kv_chunk', 'scan_unroll'):
     relevant['model'].pop(name, None)  # how the model is computed, not which policy it is
+  for name in ('lora_rank', 'lora_alpha', 'lora_targets', 'lora_base_dtype'):
+    relevant['model'].pop(name, None)  # the warm start is fully fine-tuned; adapters come after
   relevant['warm_start'].pop('shipped', None)  # where the policy comes from, not what it is
   if not relevant['warm_start'].get('level_fractions', ()):
     relevant['warm_start'].pop('level_fractions', None)  # keys of whole-pool caches stay as they were
