@@ -324,6 +324,11 @@ INTENDED_CHANGES = {
     'sampling.param_dtype': 'auto',
     # How tokens are drawn (gumbel = as before; blocked = cheaper, another random stream).
     'sampling.draw': 'gumbel',
+    # Issue 45: LoRA / QLoRA through qwix, off by default (rank 0 = full fine-tuning).
+    'model.lora_rank': 0,
+    'model.lora_alpha': 16.0,
+    'model.lora_targets': 'q,k,v,o,gate,up,down',
+    'model.lora_base_dtype': None,
     # Issue 43: the recommended path is the default: sgpo_bayes with G in {2, 4} (method
     # above, where the arg names none) and the packed train step (8 packed rows per buffer,
     # as the held-out comparison ran). The sampling engine stays static: on the README run
