@@ -131,7 +131,8 @@ def test_dry_run_checks_an_existing_hf_config(tmp_path):
   with open(tmp_path / 'config.json', 'w') as f:
     json.dump(HUB_CONFIG, f)
   assert dry_run.dry_run(c, print_table=False)['hf_config_checked']
-  assert hf.model_config_from_hf(str(tmp_path), dtype='bfloat16', remat=True) == cfg
+  assert hf.model_config_from_hf(str(tmp_path), dtype='bfloat16', remat=True,
+                                 attention_impl='auto') == cfg
   with open(tmp_path / 'config.json', 'w') as f:
     json.dump(hf.hf_config_from_model_config(dataclasses.replace(cfg, d_ff=8192)), f)
   with pytest.raises(ValueError, match=r'model\.d_ff=8960 but the checkpoint has 8192'):
