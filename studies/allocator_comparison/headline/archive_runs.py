@@ -1,6 +1,6 @@
 """Keeps the headline sweep resumable across machines: `save` copies each finished run's
-config.json, summary.json and the metrics rows the analysis reads (eval curve, batch
-diagnostics) from RUNS into runs/ beside this file; `restore` copies them back into an empty
+config.json, summary.json and (gzipped) the metrics rows the analysis reads (eval curve, batch
+diagnostics) from RUNS into archive/ beside this file; `restore` copies them back into an empty
 RUNS folder, so `python -m sgpo_jax.compare run` skips those runs and its report covers them.
 
   python studies/allocator_comparison/headline/archive_runs.py save RUNS
@@ -9,13 +9,14 @@ RUNS folder, so `python -m sgpo_jax.compare run` skips those runs and its report
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ARCHIVE = os.path.join(HERE, 'runs')
+ARCHIVE = os.path.join(HERE, 'archive')
 # What sgpo_jax.compare.analysis reads from metrics.jsonl (read_curve, batch_diagnostics).
 METRIC_KEYS = ('step', 'flops_total', 'eval_accuracy', 'reward_mean', 'rounds',
                'dapo_dropped_groups', 'dapo_kept_groups', 'frac_zero_std', 'greso_skipped')
@@ -38,7 +39,7 @@ def save(runs_dir: str) -> int:
     os.makedirs(out, exist_ok=True)
     shutil.copy(os.path.join(run, 'config.json'), out)
     with open(os.path.join(run, 'metrics.jsonl')) as f, \
-         open(os.path.join(out, 'metrics.jsonl'), 'w') as g:
+         gzip.open(os.path.join(out, 'metrics.jsonl.gz'), 'wt') as g:
       for line in f:
         row = json.loads(line)
         kept = {k: row[k] for k in METRIC_KEYS if k in row}
@@ -55,7 +56,12 @@ def restore(runs_dir: str) -> int:
     out = os.path.join(runs_dir, regime, name)
     if os.path.exists(out):
       continue
-    shutil.copytree(run, out)
+    os.makedirs(out)
+    for name in ('config.json', 'summary.json'):
+      shutil.copy(os.path.join(run, name), out)
+    with gzip.open(os.path.join(run, 'metrics.jsonl.gz'), 'rt') as f, \
+         open(os.path.join(out, 'metrics.jsonl'), 'w') as g:
+      g.write(f.read())
     n += 1
   return n
 
