@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sgpo_jax.model import attention as attention_lib
+from sgpo_jax.model import lora_settings
 
 Params = Any
 NEG_INF = attention_lib.NEG_INF
@@ -84,8 +85,7 @@ class ModelConfig:
     names = {f.name for f in dataclasses.fields(cls)}
     values = {k: v for k, v in dict(model_config).items() if k in names}
     if 'lora_targets' in values:
-      from sgpo_jax.model import lora as lora_lib
-      values['lora_targets'] = lora_lib.parse_targets(values['lora_targets'])
+      values['lora_targets'] = lora_settings.parse_targets(values['lora_targets'])
     return cls(**values)
 
   @property
@@ -94,8 +94,7 @@ class ModelConfig:
     return jnp.dtype(self.dtype), jnp.dtype(self.param_dtype)
 
   def validate(self) -> None:
-    from sgpo_jax.model import lora as lora_lib
-    lora_lib.check(self)
+    lora_settings.check(self)
     if self.n_heads % self.n_kv_heads:
       raise ValueError(
           f'model.n_heads={self.n_heads} is not a multiple of model.n_kv_heads='
