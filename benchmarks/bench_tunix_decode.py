@@ -40,7 +40,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QWEN3_0_6B = dict(vocab=151936, d=1024, heads=16, kv_heads=8, head_dim=128, mlp=3072,
                   rope_theta=1_000_000, eps=1e-6)
-PAD, BOS, EOS = 0, 1, 2
+# The RL-step benchmark's word tokenizer and special ids (stdlib only: imports in both venvs).
+from bench_tunix import BOS, EOS, PAD, WordTokenizer  # noqa: E402,F401
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -146,27 +147,6 @@ def run_tunix(args) -> dict:
     jax.block_until_ready(out.tokens)
 
   return {'side': 'tunix', **decode_rate(call, args.rows, args.new_tokens, args.repeats)}
-
-
-class WordTokenizer:
-  """'wN' <-> id N (the tokenizer interface Tunix's adapter asks for)."""
-
-  def encode(self, text, **kwargs) -> list[int]:
-    del kwargs
-    return [int(w[1:]) for w in str(text).split()]
-
-  def decode(self, ids, **kwargs) -> str:
-    del kwargs
-    return ' '.join(f'w{int(i)}' for i in ids)
-
-  def bos_id(self) -> int:
-    return BOS
-
-  def eos_id(self) -> int:
-    return EOS
-
-  def pad_id(self) -> int:
-    return PAD
 
 
 def run_side(python: str, side: str, args, draw: str = 'gumbel') -> dict:
