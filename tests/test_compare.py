@@ -147,6 +147,8 @@ def test_compare_smoke_writes_every_field(tmp_path):
     assert key in out, key
   block = out['regimes']['smoke']
   assert set(block['arms']) == set(arms.ARMS)
+  assert block['seeds_planned'] == [0]
+  assert block['head_to_head']['verdict'] in ('ahead', 'behind', 'does not separate')
   for arm in block['arms'].values():
     for key in ('flops_to_target', 'ratio_vs_grpo', 'ratio_vs_dapo', 'final_accuracy', 'auc',
                 'seeds', 'trivial_fraction', 'unsolved_fraction', 'epochs_grpo'):
@@ -492,3 +494,71 @@ def test_cli_report_writes_the_compare_files_from_finished_runs_and_names_bad_ar
   assert cli.main(['report', '--regimes', 'default', '--runs-dir', str(tmp_path / 'runs'),
                    '--results-dir', str(tmp_path / 'none')]) == 1
   assert 'no finished GRPO run' in capsys.readouterr().err
+
+
+def test_head_to_head_on_hand_made_finals_and_curves():
+  grid = np.linspace(0, 100, 101)
+  # Arm finals 0.80/0.82, control 0.70/0.72: +10 points, every resample agrees.
+  curves = {'arm': np.stack([np.minimum(grid / 50, 1) * f for f in (0.80, 0.82)]),
+            'ctl': np.stack([np.minimum(grid / 100, 1) * f for f in (0.70, 0.72)]),
+            'dapo': np.stack([np.minimum(grid / 100, 1) * f for f in (0.70, 0.72)])}
+  finals = {a: c[:, -1] for a, c in curves.items()}
+  boot = analysis.bootstrap_flops(grid, curves, finals, 'dapo', num=200, seed=1)
+  out = analysis.head_to_head(grid, curves, finals, 'arm', 'ctl', 0.71, boot, num=200)
+  assert out['final_accuracy_diff']['point'] == pytest.approx(0.10)
+  lo, hi = out['final_accuracy_diff']['ci95']
+  assert 0.08 - 1e-9 <= lo <= hi <= 0.12 + 1e-9
+  # 0.71 is reached by the arm's mean line (slope 0.81/50) at 43.8, by the control at 100.
+  assert out['flops_ratio_at_dapo_final']['point'] == pytest.approx(100 / (0.71 / 0.81 * 50),
+                                                                    rel=0.02)
+  assert out['verdict'] == 'ahead'
+  # Swapped: the same numbers from the other side.
+  back = analysis.head_to_head(grid, curves, finals, 'ctl', 'arm', 0.71, boot, num=200)
+  assert back['final_accuracy_diff']['point'] == pytest.approx(-0.10)
+  assert back['verdict'] == 'behind'
+  # Overlapping finals (0.70/0.80 vs 0.72/0.78) and no DAPO bar: no separation.
+  finals2 = {'arm': np.array([0.70, 0.80]), 'ctl': np.array([0.72, 0.78])}
+  tie = analysis.head_to_head(grid, curves, finals2, 'arm', 'ctl', None, None, num=200)
+  assert tie['final_accuracy_diff']['point'] == pytest.approx(0.0)
+  assert tie['flops_ratio_at_dapo_final']['point'] is None
+  assert tie['verdict'] == 'does not separate'
+
+
+def test_regime_seeds_plan_seed_major_runs_and_a_partial_report(tmp_path):
+  entries = arms.run_entries(['a', 'b'], {'grpo': ('grpo', {})}, [0, 1], {}, {'a': [0, 1, 2]})
+  assert [(e['seed'], e['regime']) for e in entries] == [(0, 'a'), (0, 'b'), (1, 'a'),
+                                                         (1, 'b'), (2, 'a')]
+  from sgpo_jax.compare import __main__ as cli
+  config = {'data': {'num_eval': 100, 'rl_pool_size': 0, 'num_train': 640}, 'model': {},
+            'warm_start': {'steps': 1500}, 'eval': {'every_steps': 12},
+            'train': {'flops_budget': 100.0, 'rows_per_batch': 64}, 'grpo': {'group_size': 8}}
+  xs = np.linspace(0, 100, 11)
+  for regime, seeds in (('paper_like', range(3)), ('default', range(2))):
+    for arm, slope in (('grpo', 0.005), ('dapo', 0.0075), ('dapo_g4', 0.007),
+                       ('sgpo_bayes_g24', 0.0075)):
+      for s in seeds:
+        if (regime, arm, s) == ('paper_like', 'dapo_g4', 2):
+          continue  # one planned run missing: the table says partial
+        path = tmp_path / 'runs' / regime / f'{arm}_seed{s}'
+        _fake_run(str(path), s, xs, 0.2 + (slope + 1e-4 * s) * xs, method=arm)
+        (path / 'config.json').write_text(json.dumps(config))
+  out = tmp_path / 'results'
+  assert cli.main(['report', '--regimes', 'paper_like,default', '--arms',
+                   'grpo,dapo,dapo_g4,sgpo_bayes_g24', '--seeds', '0-1', '--regime-seeds',
+                   'paper_like=0-2', '--runs-dir', str(tmp_path / 'runs'), '--results-dir',
+                   str(out), '--bootstrap', '50']) == 0
+  results = json.loads((out / 'compare.json').read_text())
+  pl, de = results['regimes']['paper_like'], results['regimes']['default']
+  assert pl['seeds_planned'] == [0, 1, 2] and de['seeds_planned'] == [0, 1]
+  assert pl['arms']['sgpo_bayes_g24']['seeds'] == [0, 1, 2]
+  assert pl['arms']['dapo_g4']['seeds'] == [0, 1]
+  assert results['headline'] == 'paper_like/sgpo_bayes_g24'
+  assert results['final_accuracy']['mean'] == pytest.approx(0.2 + 0.75 + 0.01)
+  h2h = de['head_to_head']
+  assert (h2h['arm'], h2h['control']) == ('sgpo_bayes_g24', 'dapo_g4')
+  assert h2h['final_accuracy_diff']['point'] == pytest.approx(0.05)
+  md = (out / 'compare.md').read_text()
+  assert '**Partial:** arms with fewer than the 3 planned seeds: dapo_g4 (2)' in md
+  assert 'Head-to-head, `sgpo_bayes_g24` vs `dapo_g4`' in md
+  with pytest.raises(SystemExit):
+    cli.main(['report', '--regimes', 'default', '--regime-seeds', 'nope=0-2'])

@@ -41,6 +41,14 @@ def _add_protocol_args(parser: argparse.ArgumentParser) -> None:
   parser.add_argument('--arm', action='append', default=[],
                       help="extra arm 'name=method,field=value,...' (repeatable)")
   parser.add_argument('--seeds', default='0-4', help="'0-4' or '0,1,2' (default %(default)s)")
+  parser.add_argument('--regime-seeds', action='append', default=[],
+                      help="other seeds for one regime 'REGIME=SPEC', e.g. paper_like=100-109 "
+                           '(repeatable; the other regimes get --seeds)')
+  parser.add_argument('--headline', default=f'{analysis.HEADLINE_REGIME}/{analysis.HEADLINE_ARM}',
+                      help="'REGIME/ARM' repeated at the top of compare.json (default %(default)s)")
+  parser.add_argument('--head-to-head', default=','.join(analysis.HEAD_TO_HEAD),
+                      help="'ARM,CONTROL' compared per regime on final accuracy and FLOPs at "
+                           "DAPO's final accuracy (default %(default)s)")
   parser.add_argument('--runs-dir', default=DEFAULT_RUNS_DIR,
                       help='the runs folder, shared by sweeps (default %(default)s)')
   parser.add_argument('--results-dir', default=None,
@@ -112,18 +120,41 @@ def _selected_arms(parser: argparse.ArgumentParser, args: argparse.Namespace
   return chosen
 
 
+def _regime_seeds(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                  regimes: list[str]) -> dict[str, list[int]]:
+  out = {}
+  for spec in args.regime_seeds:
+    regime, _, seeds = spec.partition('=')
+    if regime not in regimes or not seeds:
+      parser.error(f"--regime-seeds {spec!r}: expected 'REGIME=SPEC' with REGIME one of "
+                   f'--regimes {regimes}, e.g. {regimes[0]}=100-109')
+    out[regime] = arms.parse_seeds(seeds)
+  return out
+
+
+def _pair(parser: argparse.ArgumentParser, value: str, sep: str, flag: str,
+          example: str) -> tuple[str, str]:
+  parts = value.split(sep)
+  if len(parts) != 2 or not all(parts):
+    parser.error(f'{flag} {value!r}: expected two names joined by {sep!r}, e.g. {example}')
+  return parts[0], parts[1]
+
+
 def run_protocol(parser: argparse.ArgumentParser, args: argparse.Namespace,
                  argv: Sequence[str]) -> int:
   chosen = _selected_arms(parser, args)
   regimes = [arms.SMOKE_REGIME] if args.smoke else [r for r in args.regimes.split(',') if r]
   seeds = [0] if args.smoke else arms.parse_seeds(args.seeds)
+  regime_seeds = {} if args.smoke else _regime_seeds(parser, args, regimes)
+  headline = _pair(parser, args.headline, '/', '--headline', 'paper_like/sgpo_bayes_g24')
+  pair = _pair(parser, args.head_to_head, ',', '--head-to-head', 'sgpo_bayes_g24,dapo_g4')
   results_dir = args.results_dir or os.path.join(args.runs_dir, 'results')
   command = ' '.join(['python -m sgpo_jax.compare', *argv])
   log = lambda m: print(m, flush=True)  # noqa: E731
 
   def write_report() -> None:
     results = analysis.analyse(args.runs_dir, regimes, list(chosen), seeds, command,
-                               args.bootstrap)
+                               args.bootstrap, regime_seeds, headline, pair)
     results['note'] = args.note
     if results['regimes']:
       report.write_results(results, results_dir)
@@ -137,7 +168,7 @@ def run_protocol(parser: argparse.ArgumentParser, args: argparse.Namespace,
       k, v = kv.split('=', 1)
       extra[k] = arms._parse_value(v)
     failed = []
-    for entry in arms.run_entries(regimes, chosen, seeds, extra):
+    for entry in arms.run_entries(regimes, chosen, seeds, extra, regime_seeds):
       done_before = os.path.exists(os.path.join(args.runs_dir, entry['regime'],
                                                 entry['name'], 'summary.json'))
       ok = runner.run_one(entry, args.runs_dir, args.code_dir, log)

@@ -17,7 +17,10 @@ from sgpo_jax.config import defaults as default_config
 GRID_POINTS = 300
 GRID_SPAN = 200.0
 BOOTSTRAP = 2000
-HEADLINE_REGIME, HEADLINE_ARM = 'paper_like', 'sgpo'
+HEADLINE_REGIME, HEADLINE_ARM = 'paper_like', 'sgpo_bayes_g24'  # the recommended allocator
+# The head-to-head that separates the posterior from "small G + dynamic sampling": the
+# recommended allocator against DAPO at the same small G.
+HEAD_TO_HEAD = ('sgpo_bayes_g24', 'dapo_g4')
 
 # ----------------------------------------------------------------------------------------
 # Curves and the statistics (pure functions: tests/test_compare.py)
@@ -144,7 +147,8 @@ def _summary(workdir: str) -> dict[str, Any]:
 
 
 def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = 'grpo',
-                   num_bootstrap: int = BOOTSTRAP, num_eval: int = 0) -> dict[str, Any]:
+                   num_bootstrap: int = BOOTSTRAP, num_eval: int = 0,
+                   pair: tuple[str, str] = HEAD_TO_HEAD) -> dict[str, Any]:
   """The comparison numbers of one regime from its finished runs ({arm: [workdir...]});
   arms without a finished run are left out. Needs the reference arm."""
   runs = {a: w for a, w in runs.items() if w}
@@ -210,10 +214,13 @@ def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = '
   for a in out_arms.values():
     a['wall_ratio_vs_grpo'] = a['wall_seconds']['mean'] / ref_wall if ref_wall else None
   initial = float(np.mean([x['eval_accuracy_initial'] for x in summaries[reference]]))
+  pair_block = (head_to_head(grid, curves, finals, *pair, dapo_target, boot_dapo,
+                             num_bootstrap) if all(a in runs for a in pair) else None)
   return {'target_accuracy': target, 'initial_accuracy': initial,
           'reference_learned': bool(target > initial),
           'target_ci95': interval(boot['target']),
-          'grid_flops': grid.tolist(), 'flops_budget': budget, 'arms': out_arms}
+          'grid_flops': grid.tolist(), 'flops_budget': budget, 'arms': out_arms,
+          'head_to_head': pair_block}
 
 
 def _at_target(grid: np.ndarray, curves: dict[str, np.ndarray], arm: str,
@@ -232,6 +239,39 @@ def _at_target(grid: np.ndarray, curves: dict[str, np.ndarray], arm: str,
           'ratio_vs_dapo': {'point': _finite(ratio(ref, flops), nan=True),
                             'ci95': _finite_list(interval(reps)),
                             'undefined_fraction': float(np.mean(np.isnan(reps)))}}
+
+
+def head_to_head(grid: np.ndarray, curves: dict[str, np.ndarray], finals: dict[str, np.ndarray],
+                 arm: str, control: str, dapo_target: float | None, boot_dapo: dict | None,
+                 num: int = BOOTSTRAP, seed: int = 2) -> dict[str, Any]:
+  """`arm` against `control` on two measures, each with a 95% bootstrap interval over seeds
+  (each arm's seeds resampled independently): the final-accuracy difference (arm - control)
+  and the FLOPs ratio at DAPO's final accuracy (control's FLOPs / arm's; > 1: the arm needs
+  fewer). Verdict, the pre-registered rule: 'ahead' iff the difference's interval lies above
+  0 or the ratio's lies above 1; 'behind' iff the difference's lies below 0 or the ratio's
+  below 1; otherwise 'does not separate'."""
+  rng = np.random.default_rng(seed)
+  fa, fc = finals[arm], finals[control]
+  diff_B = np.array([fa[rng.integers(0, fa.size, fa.size)].mean()
+                     - fc[rng.integers(0, fc.size, fc.size)].mean() for _ in range(num)])
+  diff = {'point': float(fa.mean() - fc.mean()), 'ci95': interval(diff_B)}
+  flops: dict[str, Any] = {'point': None, 'ci95': None, 'undefined_fraction': None}
+  if dapo_target is not None:
+    point = ratio(first_reach(grid, seed_mean(curves[control]), dapo_target),
+                  first_reach(grid, seed_mean(curves[arm]), dapo_target))
+    reps = np.array([ratio(c, a) for c, a in zip(boot_dapo['flops'][control],
+                                                  boot_dapo['flops'][arm])])
+    flops = {'point': _finite(point, nan=True), 'ci95': _finite_list(interval(reps)),
+             'undefined_fraction': float(np.mean(np.isnan(reps)))}
+  lo = lambda m, i: m['ci95'] is not None and m['ci95'][i] is not None  # noqa: E731
+  above = ((lo(diff, 0) and diff['ci95'][0] > 0)
+           or (lo(flops, 0) and flops['ci95'][0] > 1))
+  below = ((lo(diff, 1) and diff['ci95'][1] < 0)
+           or (lo(flops, 1) and flops['ci95'][1] < 1))
+  verdict = ('ahead' if above and not below else 'behind' if below and not above
+             else 'does not separate')
+  return {'arm': arm, 'control': control, 'final_accuracy_diff': diff,
+          'flops_ratio_at_dapo_final': flops, 'verdict': verdict}
 
 
 def batch_diagnostics(workdirs: list[str]) -> dict[str, Any]:
@@ -390,23 +430,33 @@ def machine_line(workdirs: list[str]) -> str:
 
 
 def analyse(runs_dir: str, regimes: list[str], arms: list[str], seeds: list[int],
-            command: str, num_bootstrap: int = BOOTSTRAP) -> dict[str, Any]:
+            command: str, num_bootstrap: int = BOOTSTRAP,
+            regime_seeds: dict[str, list[int]] | None = None,
+            headline: tuple[str, str] = (HEADLINE_REGIME, HEADLINE_ARM),
+            pair: tuple[str, str] = HEAD_TO_HEAD) -> dict[str, Any]:
+  """The compare.json dict. `regime_seeds` plans other seeds for some regimes than `seeds`;
+  `headline` names the (regime, arm) whose numbers are repeated at the top level and `pair`
+  the head-to-head (arm, control) reported per regime."""
+  regime_seeds = regime_seeds or {}
   results: dict[str, Any] = {'command': command, 'seeds_planned': seeds, 'regimes': {}}
   for regime in regimes:
-    runs = finished_runs(runs_dir, regime, arms, seeds)
+    planned = regime_seeds.get(regime, seeds)
+    runs = finished_runs(runs_dir, regime, arms, planned)
     if not runs.get('grpo'):
       continue
     with open(os.path.join(runs['grpo'][0], 'config.json')) as f:
       config = json.load(f)
     block = analyse_regime(runs, float(config['train']['flops_budget']),
-                           num_bootstrap=num_bootstrap, num_eval=int(config['data']['num_eval']))
+                           num_bootstrap=num_bootstrap, num_eval=int(config['data']['num_eval']),
+                           pair=pair)
+    block['seeds_planned'] = planned
     facts = regime_facts(runs, config)
     block.update(facts)
     for a in block['arms'].values():  # the regime's facts, repeated per arm for readers
       a.update({k: facts[k] for k in ('trivial_fraction', 'unsolved_fraction', 'epochs_grpo')})
     results['regimes'][regime] = block
-  head = results['regimes'].get(HEADLINE_REGIME, {}).get('arms', {}).get(HEADLINE_ARM)
-  results['headline'] = f'{HEADLINE_REGIME}/{HEADLINE_ARM}'
+  head = results['regimes'].get(headline[0], {}).get('arms', {}).get(headline[1])
+  results['headline'] = f'{headline[0]}/{headline[1]}'
   results['flops_ratio_vs_grpo'] = head['ratio_vs_grpo']['point'] if head else None
   results['flops_ratio_vs_dapo'] = head['ratio_vs_dapo']['point'] if head else None
   results['final_accuracy'] = ({k: head['final_accuracy'][k] for k in ('mean', 'std')}

@@ -120,11 +120,17 @@ def parse_seeds(spec: str) -> list[int]:
 
 
 def run_entries(regimes: list[str], arms: dict[str, tuple[str, dict]], seeds: list[int],
-                extra: dict[str, Any]) -> list[dict[str, Any]]:
-  """Seed-major order: a sweep cut short still has every regime and arm at the seeds done."""
+                extra: dict[str, Any], regime_seeds: dict[str, list[int]] | None = None
+                ) -> list[dict[str, Any]]:
+  """Seed-major order: a sweep cut short still has every regime and arm at the seeds done.
+  `regime_seeds` gives some regimes other seeds than `seeds`."""
+  planned = {r: (regime_seeds or {}).get(r, seeds) for r in regimes}
   out = []
-  for seed in seeds:
+  order = list(dict.fromkeys([*seeds, *sorted(set().union(*planned.values()) - set(seeds))]))
+  for seed in order:
     for regime in regimes:
+      if seed not in planned[regime]:
+        continue
       for arm, (method, overrides) in arms.items():
         out.append({'regime': regime, 'arm': arm, 'seed': seed, 'name': f'{arm}_seed{seed}',
                     'overrides': {'method': method, 'seed': seed, **extra, **overrides}})

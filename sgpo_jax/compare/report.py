@@ -103,11 +103,17 @@ def render(results: dict[str, Any]) -> str:
               f"{_pct(block['trivial_fraction'])}%, unsolved (p_hat = 0) "
               f"{_pct(block['unsolved_fraction'])}%. GRPO sees each prompt "
               f"{epochs} times. Target: {_pct(block['target_accuracy'])}% "
-              f"(95% CI {_ci(block['target_ci95'], _pct)}). Seeds finished: {n_seeds}.", '',
+              f"(95% CI {_ci(block['target_ci95'], _pct)}). Seeds finished: {n_seeds}"
+              + (f" of {len(block['seeds_planned'])} planned." if block.get('seeds_planned')
+                 else '.'), '',
               f"Initial policy: warm-start SFT final loss {_loss(block.get('warm_start_final_loss'))}, "
               f"held-out {_pct(block.get('initial_accuracy'))}%. Measured on: "
               f"{block.get('machine') or 'not recorded'}. (Another machine builds another "
               'initial policy from the same config; its runs are not mixed in.)', '']
+    planned = len(block.get('seeds_planned') or [])
+    if planned and min(n_seeds.values()) < planned:
+      lines += [f'**Partial:** arms with fewer than the {planned} planned seeds: '
+                + ', '.join(f'{a} ({n})' for a, n in n_seeds.items() if n < planned) + '.', '']
     if not block.get('reference_learned', True):
       lines += [f"**GRPO did not improve on the initial policy here** (initial "
                 f"{_pct(block['initial_accuracy'])}%, final {_pct(block['target_accuracy'])}%): "
@@ -138,6 +144,15 @@ def render(results: dict[str, Any]) -> str:
                           f"({_x(a['at_dapo_final']['ratio_vs_dapo']['point'])} "
                           f"{_ci(a['at_dapo_final']['ratio_vs_dapo']['ci95'], _x)})"
                           for arm, a in block['arms'].items()) + '.']
+    pair = block.get('head_to_head')
+    if pair:
+      d, r = pair['final_accuracy_diff'], pair['flops_ratio_at_dapo_final']
+      pts = lambda v: 'n/a' if v is None else f'{100 * v:+.2f}'  # noqa: E731
+      lines += ['', f"Head-to-head, `{pair['arm']}` vs `{pair['control']}`: final accuracy "
+                f"{pts(d['point'])} points {_ci(d['ci95'], pts)}; FLOPs to DAPO's final "
+                f"accuracy {_x(r['point'])} {_ci(r['ci95'], _x)} (> 1: `{pair['arm']}` needs "
+                f"fewer). Verdict: **{pair['verdict']}** (ahead iff an interval lies above 0 "
+                'points or above 1x; behind iff one lies below; otherwise does not separate).']
     diag = []
     for arm, a in block['arms'].items():
       d = f"{arm} {_pct(a.get('zero_variance_share'))}%"

@@ -3,8 +3,9 @@
 #   bash studies/allocator_comparison/headline/sweep.sh RUNS CODE
 # RUNS: a runs folder (finished runs archived under archive/ here are restored into it first);
 # CODE: a checkout of the pre-registered commit, passed to the runner as --code-dir.
-# Every finished run is archived here as it lands (archive_runs.py); the tables are
-# regenerated from the runs after each one.
+# Every finished run is archived here as it lands (archive_runs.py); a progress table is
+# regenerated under RUNS/progress/ after each run, and report.sh writes the headline report
+# (compare.{json,md} here, all three regimes) at the end.
 set -euo pipefail
 RUNS=${1:?runs dir}
 CODE=${2:?frozen checkout}
@@ -17,6 +18,7 @@ SAVER=$!
 trap 'kill $SAVER 2>/dev/null; python "$HERE/archive_runs.py" save "$RUNS"' EXIT
 cd "$CODE"
 python -m sgpo_jax.compare run --regimes paper_like --arms "$ARMS" --seeds 100-109 \
-  --runs-dir "$RUNS" --code-dir "$CODE" --results-dir "$HERE/paper_like"
+  --runs-dir "$RUNS" --code-dir "$CODE" --results-dir "$RUNS/progress/paper_like"
 python -m sgpo_jax.compare run --regimes default,small_pool --arms "$ARMS" --seeds 100-104 \
-  --runs-dir "$RUNS" --code-dir "$CODE" --results-dir "$HERE/others"
+  --runs-dir "$RUNS" --code-dir "$CODE" --results-dir "$RUNS/progress/others"
+bash "$HERE/report.sh" "$RUNS"
