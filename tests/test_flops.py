@@ -46,6 +46,17 @@ def test_flops_per_token_by_hand():
   assert flops.train_flops_per_token(SMALL, 5) == 2448
 
 
+def test_lora_flops_by_hand():
+  # r=2 on q and down: q fans 4 + 4 = 8, down 8 + 4 = 12 -> 2 layers * 2 * 20 = 80 adapter
+  # params. forward at c=5: 816 + 2*80 = 976. Train, the base frozen (no weight gradients):
+  # 4*288 + 4*4*10 + 3*(4*2*2*2*5) + 6*80 = 1152 + 160 + 480 + 480 = 2272, vs 3*976 = 2928.
+  lora = dict(SMALL, lora_rank=2, lora_targets='q,down')
+  assert flops.lora_params(lora) == 80 and flops.lora_params(SMALL) == 0
+  assert flops.forward_flops_per_token(lora, 5) == 976
+  assert flops.train_flops_per_token(lora, 5) == 2272
+  assert flops.train_flops_per_token(dict(lora, lora_rank=0), 5) == 2448
+
+
 def test_ledger_parts_add_up():
   ledger = flops.FlopsLedger(SMALL)
   # generation: per row 3 prompt tokens at c=3 + 2 decode steps at c=5

@@ -15,7 +15,11 @@ Owns the FLOPs accounting of a run:
 - `xla_flops`: XLA's own cost analysis of a jitted function, for cross-checks.
 
 Per token: forward = 2 * P_matmul_nonembed + 2 * D * V (lm-head logits) +
-4 * L * H * hd * context (QK^T and AV); training = 3 * forward (forward + backward).
+4 * L * H * hd * context (QK^T and AV) + 2 * A (LoRA adapters, A = their parameters);
+training = 3 * forward (forward + backward). With LoRA (model.lora_rank > 0) the frozen base
+gets no weight gradient, so training = forward + backward through the activations (the
+forward again, attention twice) + the adapters' weight gradients (2 * A):
+4 * P_matmul_nonembed + 4 * D * V + 3 * attention + 6 * A.
 Norms, biases, softmax, rotary and the embedding gather are not counted (O(D) per token).
 """
 
@@ -23,6 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from sgpo_jax.model import lora_settings
 
 # 'old_logprob': the behaviour policy's log-probs recomputed once per batch when train.mu > 1
 # (a forward pass over [R, T]); 'reference': the KL reference model's forward pass.
@@ -47,7 +53,24 @@ def _dims(model_cfg: Any) -> dict[str, Any]:
   has_qk_norm = (model_cfg.get('qk_norm', False) if isinstance(model_cfg, Mapping)
                  else getattr(model_cfg, 'qk_norm', False))
   dims['qk_norm'] = bool(has_qk_norm)
+  get = (model_cfg.get if isinstance(model_cfg, Mapping)
+         else lambda k, d: getattr(model_cfg, k, d))
+  dims['lora_rank'] = int(get('lora_rank', 0) or 0)
+  dims['lora_targets'] = lora_settings.parse_targets(get('lora_targets', ()) or ())
   return dims
+
+
+def lora_params(model_cfg: Any) -> int:
+  """Adapter parameters: r * (fan_in + fan_out) per target projection per layer (0 without
+  LoRA). Each is also its per-token matmul count: x A then (x A) B."""
+  d = _dims(model_cfg)
+  if d['lora_rank'] == 0:
+    return 0
+  dm, ff = int(d['d_model']), int(d['d_ff'])
+  q, kv = int(d['n_heads']) * int(d['head_dim']), int(d['n_kv_heads']) * int(d['head_dim'])
+  fans = {'q': dm + q, 'k': dm + kv, 'v': dm + kv, 'o': q + dm, 'gate': dm + ff,
+          'up': dm + ff, 'down': ff + dm}
+  return int(d['n_layers']) * d['lora_rank'] * sum(fans[t] for t in d['lora_targets'])
 
 
 def param_counts(model_cfg: Any) -> dict[str, int]:
@@ -82,12 +105,19 @@ def forward_flops_per_token(model_cfg: Any, context_len: int) -> int:
   d = _dims(model_cfg)
   attention = 4 * int(d['n_layers']) * int(d['n_heads']) * int(d['head_dim']) * int(context_len)
   logits = 2 * int(d['d_model']) * int(d['vocab_size'])
-  return 2 * param_counts(model_cfg)['matmul_nonembed'] + logits + attention
+  return (2 * param_counts(model_cfg)['matmul_nonembed'] + logits + attention
+          + 2 * lora_params(model_cfg))
 
 
 def train_flops_per_token(model_cfg: Any, context_len: int) -> int:
-  """Forward + backward (backward = 2x forward) of one token."""
-  return 3 * forward_flops_per_token(model_cfg, context_len)
+  """Forward + backward of one token: 3x forward; with LoRA the frozen base's weight
+  gradients are not computed (see the module docstring)."""
+  forward = forward_flops_per_token(model_cfg, context_len)
+  if _dims(model_cfg)['lora_rank'] == 0:
+    return 3 * forward
+  d = _dims(model_cfg)
+  attention = 4 * int(d['n_layers']) * int(d['n_heads']) * int(d['head_dim']) * int(context_len)
+  return 2 * forward + attention + 2 * lora_params(model_cfg)
 
 
 def _check_rows(rows: int, valid_rows: int) -> None:

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sgpo_jax.model import flops as flops_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.model.lora_settings import (BASE_DTYPES, TARGETS, check, check_family,  # noqa: F401
                                          enabled, parse_targets)
@@ -139,10 +140,7 @@ def param_counts(params) -> dict[str, int]:
 
 def expected_adapter_count(cfg: model_lib.ModelConfig) -> int:
   """r * (fan_in + fan_out) per target per layer, by hand from the config."""
-  d, f, h, k, e = cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-  fans = {'q': (d, h * e), 'k': (d, k * e), 'v': (d, k * e), 'o': (h * e, d),
-          'gate': (d, f), 'up': (d, f), 'down': (f, d)}
-  return cfg.n_layers * cfg.lora_rank * sum(sum(fans[t]) for t in cfg.lora_targets)
+  return flops_lib.lora_params(cfg)
 
 
 # ------------------------------------------------------------------------------------------
