@@ -51,3 +51,34 @@ def test_calibration_study_writes_its_report_from_run_folders(tmp_path):
   result = json.loads((out / 'scaling_law_calibrated.json').read_text())
   assert result['n_runs'] == 4 and result['regime_counts'] == {'default': 4}
   assert (out / 'scaling_law_calibrated.md').read_text().startswith('#')
+
+
+def _arm(final, std, vs_dapo, ci):
+  return {'seeds': [0, 1], 'final_accuracy': {'mean': final, 'std': std},
+          'at_dapo_final': {'ratio_vs_dapo': {'point': vs_dapo, 'ci95': ci}},
+          'ratio_vs_grpo': {'point': 1.5, 'ci95': [0.0, 3.0]}}
+
+
+def test_headline_readme_block_states_each_pre_registered_verdict():
+  from studies.allocator_comparison.headline import readme_table
+  block = {'seeds_planned': [0, 1, 2], 'arms': {
+      'grpo': _arm(0.70, 0.01, 0.0, [0.0, 0.0]), 'dapo': _arm(0.80, 0.01, 1.0, [1.0, 1.0]),
+      'dapo_g4': _arm(0.805, 0.01, 1.4, [0.9, 2.0]),
+      'sgpo': _arm(0.72, 0.02, 0.0, [0.0, 0.0]),
+      'sgpo_bayes_g24': _arm(0.81, 0.005, 1.8, [1.2, 2.5])},
+      'head_to_head': {'arm': 'sgpo_bayes_g24', 'control': 'dapo_g4', 'verdict': 'ahead',
+                       'final_accuracy_diff': {'point': 0.005, 'ci95': [0.001, 0.009]},
+                       'flops_ratio_at_dapo_final': {'point': 1.3, 'ci95': [0.8, None]}}}
+  text = readme_table.render({'regimes': {'paper_like': block}})
+  assert '| arm | `paper_like` (PARTIAL: 2 of 3 seeds) |' in text
+  assert '| `sgpo_bayes`, G in {2, 4} (default) | **81.0** ± 0.5; 1.80x [1.20, 2.50] |' in text
+  assert '| GRPO, G=8 | 70.0 ± 1.0; never |' in text
+  assert ('`sgpo_bayes` saves compute vs DAPO (1.80x [1.20, 2.50]); vs DAPO at G=4: ahead '
+          "(final accuracy +0.50 points [+0.10, +0.90], FLOPs to DAPO's final 1.30x "
+          "[0.80, inf]); the paper's sGPO does not reproduce the paper's saving vs GRPO "
+          "(1.50x [0.00, 3.00] at GRPO's final accuracy).") in text
+  block['arms']['sgpo_bayes_g24']['at_dapo_final']['ratio_vs_dapo']['ci95'] = [0.9, 2.5]
+  block['arms']['sgpo']['ratio_vs_grpo'] = {'point': 3.0, 'ci95': [2.0, 4.0]}
+  text = readme_table.render({'regimes': {'paper_like': block}})
+  assert '`sgpo_bayes` does not save compute vs DAPO' in text
+  assert "the paper's sGPO reproduces the paper's saving" in text
