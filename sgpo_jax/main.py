@@ -16,6 +16,7 @@ the value and the fix, and exit code 2 (usage / config) or 1 (the run stopped; S
 and keep their traceback.
 """
 
+import logging
 import os
 import signal
 import sys
@@ -128,15 +129,35 @@ def run(argv) -> None:
   # Before anything creates a jax backend: one controller per host (see README, multi-host).
   sharding.initialize_distributed()
   from sgpo_jax import train
+  from sgpo_jax.outputs import report
   workdir = FLAGS.workdir or f'runs/{config.method}_seed{config.seed}'
-  train.run(config, workdir, stop_after=None if FLAGS.stage == 'all' else FLAGS.stage,
-            show_progress=sharding.is_writer(),
-            allow_config_change=tuple(FLAGS.allow_config_change))
+  summary = train.run(config, workdir, stop_after=None if FLAGS.stage == 'all' else FLAGS.stage,
+                      show_progress=sharding.is_writer(),
+                      allow_config_change=tuple(FLAGS.allow_config_change))
+  if sharding.is_writer() and isinstance(summary, dict) and 'eval_accuracy_final' in summary:
+    print(report.result_line(workdir, summary), flush=True)
+
+
+class _LibraryInfo(logging.Filter):
+  """Drops the INFO records of orbax and jax's internals (hundreds per run: every checkpoint
+  save, backend probing); the package's own records and every warning stay. --verbose keeps
+  them all."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    path = record.pathname.replace(os.sep, '/')
+    return record.levelno >= logging.WARNING or not ('/orbax/' in path or '/jax/_src/' in path)
+
+
+def quiet_library_logs() -> None:
+  from absl import logging as absl_logging
+  absl_logging.get_absl_handler().addFilter(_LibraryInfo())
 
 
 def main(argv) -> None:
   """`run`, with a known failure as one line on stderr (`errors.describe`)."""
   signal.signal(signal.SIGTERM, _on_sigterm)
+  if not _verbose():
+    quiet_library_logs()
   try:
     run(argv)
   except (Exception, errors.Terminated) as e:  # noqa: BLE001  SystemExit, ^C pass through

@@ -405,9 +405,31 @@ def e2e(tmp_path_factory):
   cache = str(root / 'warm_start_cache')
   full = run_main(str(root / 'full'), cache=cache)
   assert full.returncode == 0, full.stderr[-3000:]
+  (root / 'full_stdout.txt').write_text(full.stdout)
+  (root / 'full_stderr.txt').write_text(full.stderr)
   termed = run_main(str(root / 'termed'), '--sigterm_after_step=5', entry='tests.fault_main',
                     cache=cache)
   return root, cache, termed
+
+
+@pytest.mark.slow
+def test_a_finished_run_prints_its_result_line_and_no_library_info_records(e2e):
+  root = e2e[0]
+  with open(root / 'full' / 'summary.json') as f:
+    summary = json.load(f)
+  stdout = (root / 'full_stdout.txt').read_text()
+  lines = [line for line in stdout.splitlines() if line.startswith('result: ')]
+  assert lines == [
+      f"result: held-out greedy accuracy {summary['eval_accuracy_initial']:.1%} -> "
+      f"{summary['eval_accuracy_final']:.1%} (± {100 * summary['eval_accuracy_final_se']:.1f}) "
+      f"on 32 problems; 6 RL steps, {summary['flops']['total']:.3g} FLOPs, "
+      f"{summary['wall_seconds']:.0f} s wall; report: {root / 'full' / 'report.md'}"]
+  stderr = (root / 'full_stderr.txt').read_text()
+  # orbax logs ~10 INFO records per checkpoint save; the run saved 3 times.
+  assert not [line for line in stderr.splitlines()
+              if _LOG_LINE.match(line) and ('checkpoint' in line.split(']')[0]
+                                            or 'xla_bridge' in line)]
+  assert 'warm start' in stderr  # the package's own INFO records stay
 
 
 @pytest.mark.slow

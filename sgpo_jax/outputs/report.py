@@ -82,6 +82,19 @@ def _fmt(x: float) -> str:
   return f'{x:.3g}'
 
 
+def result_line(workdir: str, summary: dict[str, Any]) -> str:
+  """The line `python -m sgpo_jax.main` prints when a run ends: held-out accuracy before and
+  after (± binomial SE), steps, total FLOPs, wall time and where the report is."""
+  init, final = summary['eval_accuracy_initial'], summary['eval_accuracy_final']
+  se = summary.get('eval_accuracy_final_se')
+  stopped = f", stopped: {summary['stop_reason']}" if summary.get('stop_reason') else ''
+  return (f"result: held-out greedy accuracy {init:.1%} -> {final:.1%}"
+          + (f' (± {100 * se:.1f})' if se is not None else '')
+          + f" on {summary.get('num_eval', '?')} problems; {summary['steps']} RL steps, "
+          f"{summary['flops']['total']:.3g} FLOPs, {summary['wall_seconds']:.0f} s wall{stopped}; "
+          f"report: {paths.join(workdir, 'report.md')}")
+
+
 def write_report(workdir: str, summary: dict[str, Any], rows: list[dict], allocation) -> None:
   plot_curves(workdir, rows)
   f = summary['flops']
