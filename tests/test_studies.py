@@ -73,7 +73,8 @@ def test_headline_readme_block_states_each_pre_registered_verdict():
   assert '| arm | `paper_like` (PARTIAL: 2 of 3 seeds) |' in text
   assert '| `sgpo_bayes`, G in {2, 4} (default) | **81.0** ± 0.5; 1.80x [1.20, 2.50] |' in text
   assert '| GRPO, G=8 | 70.0 ± 1.0; never |' in text
-  assert ('`sgpo_bayes` saves compute vs DAPO (1.80x [1.20, 2.50]); vs DAPO at G=4: ahead '
+  assert ('`sgpo_bayes` saves compute vs DAPO (1.80x [1.20, 2.50]; at GRPO\'s final accuracy '
+          '1.50x [0.00, 3.00] vs GRPO); vs DAPO at G=4: ahead '
           "(final accuracy +0.50 points [+0.10, +0.90], FLOPs to DAPO's final 1.30x "
           "[0.80, inf]); the paper's sGPO does not reproduce the paper's saving vs GRPO "
           "(1.50x [0.00, 3.00] at GRPO's final accuracy).") in text

@@ -72,8 +72,10 @@ def render(results: dict[str, Any]) -> str:
     if rec:
       ci = rec['ratio_vs_dapo']['ci95']
       saves = ci is not None and ci[0] is not None and ci[0] > 1
+      vs_grpo = a[RECOMMENDED].get('ratio_vs_grpo')
       parts.append(f"`sgpo_bayes` {'saves' if saves else 'does not save'} compute vs DAPO "
-                   f"({_ratio(rec['ratio_vs_dapo'])})")
+                   f"({_ratio(rec['ratio_vs_dapo'])}; at GRPO's final accuracy "
+                   f"{_ratio(vs_grpo)} vs GRPO)")
     pair = blocks[r].get('head_to_head')
     if pair:
       d = pair['final_accuracy_diff']
