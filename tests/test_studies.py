@@ -83,3 +83,17 @@ def test_headline_readme_block_states_each_pre_registered_verdict():
   text = readme_table.render({'regimes': {'paper_like': block}})
   assert '`sgpo_bayes` does not save compute vs DAPO' in text
   assert "the paper's sGPO reproduces the paper's saving" in text
+  block.update(reference_learned=False, initial_accuracy=0.71, target_accuracy=0.70)
+  text = readme_table.render({'regimes': {'paper_like': block}})
+  assert "no ratio at GRPO's final accuracy" in text
+  assert ("GRPO ended below its initial policy (71.0% -> 70.0%), so every ratio at GRPO's "
+          'final accuracy is void here.') in text
+
+
+def test_readme_headline_is_the_block_rendered_from_the_committed_compare_json():
+  from studies.allocator_comparison.headline import readme_table
+  root = Path(__file__).resolve().parent.parent
+  results = json.loads((root / 'studies/allocator_comparison/headline/compare.json').read_text())
+  block = readme_table.render(results)
+  assert 'PARTIAL' not in block  # every pre-registered seed has run
+  assert block in (root / 'README.md').read_text()

@@ -67,15 +67,16 @@ def render(results: dict[str, Any]) -> str:
   verdicts = []
   for r in regimes:
     a = blocks[r]['arms']
+    learned = blocks[r].get('reference_learned', True)
     parts = []
     rec = (a.get(RECOMMENDED) or {}).get('at_dapo_final')
     if rec:
       ci = rec['ratio_vs_dapo']['ci95']
       saves = ci is not None and ci[0] is not None and ci[0] > 1
-      vs_grpo = a[RECOMMENDED].get('ratio_vs_grpo')
+      vs_grpo = (f"at GRPO's final accuracy {_ratio(a[RECOMMENDED].get('ratio_vs_grpo'))} vs "
+                 'GRPO' if learned else "no ratio at GRPO's final accuracy")
       parts.append(f"`sgpo_bayes` {'saves' if saves else 'does not save'} compute vs DAPO "
-                   f"({_ratio(rec['ratio_vs_dapo'])}; at GRPO's final accuracy "
-                   f"{_ratio(vs_grpo)} vs GRPO)")
+                   f"({_ratio(rec['ratio_vs_dapo'])}; {vs_grpo})")
     pair = blocks[r].get('head_to_head')
     if pair:
       d = pair['final_accuracy_diff']
@@ -90,6 +91,11 @@ def render(results: dict[str, Any]) -> str:
       ok = ci is not None and ci[0] is not None and ci[0] >= 2
       parts.append(f"the paper's sGPO {'reproduces' if ok else 'does not reproduce'} the "
                    f"paper's saving vs GRPO ({_ratio(paper)} at GRPO's final accuracy)")
+    if not learned:  # the target is at or below the start: FLOPs to it say nothing
+      b = blocks[r]
+      parts.append(f"GRPO ended below its initial policy ({100 * b['initial_accuracy']:.1f}% "
+                   f"-> {100 * b['target_accuracy']:.1f}%), so every ratio at GRPO's final "
+                   'accuracy is void here')
     verdicts.append(f'- `{r}`: ' + '; '.join(parts) + '.')
   return '\n'.join(lines + verdicts)
 
