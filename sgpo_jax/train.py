@@ -546,19 +546,21 @@ def _run_locked(config, workdir, stop_after, show_progress, after_step,
   start_loop(su, rs)
   bar = tqdm(total=config.train.num_steps, initial=rs.step, desc=f'RL ({config.method})',
              disable=not show_progress)
-  while rs.step < config.train.num_steps and rs.stop_reason is None:
-    row = rl_step(su, rs)
-    if row is None:
-      rs.stop_reason = 'allocator exhausted'
-      break
-    eval_and_stop(su, rs, row)
-    rs.writer.write(row)
-    if after_step is not None:
-      after_step(rs.step)
-    bar.update(1)
-    bar.set_postfix(reward=f"{row['reward_mean']:.2f}",
-                    acc=f"{rs.last_eval['eval_accuracy']:.3f}",
-                    tok_s=f"{row['tokens_per_second']:.0f}")
-    maybe_checkpoint(su, rs)
-  bar.close()
+  # Closed on any exit (SIGTERM, a full disk): the bar ends its line before the one-line
+  # error main prints, which would otherwise land on the bar's unfinished line.
+  with bar:
+    while rs.step < config.train.num_steps and rs.stop_reason is None:
+      row = rl_step(su, rs)
+      if row is None:
+        rs.stop_reason = 'allocator exhausted'
+        break
+      eval_and_stop(su, rs, row)
+      rs.writer.write(row)
+      if after_step is not None:
+        after_step(rs.step)
+      bar.update(1)
+      bar.set_postfix(reward=f"{row['reward_mean']:.2f}",
+                      acc=f"{rs.last_eval['eval_accuracy']:.3f}",
+                      tok_s=f"{row['tokens_per_second']:.0f}")
+      maybe_checkpoint(su, rs)
   return finalize(su, rs)

@@ -67,47 +67,48 @@ def profile_queries(sampler: Sampler, params, queries: Sequence, tokenizer, rewa
   round_size = num_samples if settled is None else 1
   bar = tqdm(total=len(queries), initial=len(done), desc='profile', unit='q',
              disable=not show_progress)
-  start = time.time()
-  for chunk_start in range(0, len(todo), per_flush):
-    chunk = todo[chunk_start:chunk_start + per_flush]
-    drawn = dict.fromkeys(chunk, 0)
-    correct = dict.fromkeys(chunk, 0)
-    flops_before = (0.0, 0.0) if ledger is None else (ledger.computed('profile'),
-                                                      ledger.useful('profile'))
-    active = list(chunk)
-    while active:
-      prompts, row_ids, row_queries, row_q = [], [], [], []
-      for qi in active:
-        prompt = tokenizer.encode_prompt(queries[qi].prompt)
-        for j in range(drawn[qi], drawn[qi] + round_size):
-          prompts.append(prompt)
-          row_ids.append(qi * num_samples + j)
-          row_queries.append(queries[qi])
-          row_q.append(qi)
-      out = sampler.sample(params, prompts, row_ids, rng, temperature=temperature)
-      count_generation(ledger, 'profile', sampler, out, len(prompts))
-      rewards = sharding_lib.score_across_processes(
-          reward_fn, decode_rows(tokenizer, out.tokens_RxN, out.mask_RxN), row_queries)
-      for qi, ok in zip(row_q, np.asarray(rewards) >= 1.0):
-        correct[qi] += int(ok)
-      for qi in active:
-        drawn[qi] += round_size
-      active = [qi for qi in active if drawn[qi] < num_samples
-                and not (settled is not None and settled(correct[qi], drawn[qi]))]
-    rows = []
-    flops_after = flops_before if ledger is None else (ledger.computed('profile'),
-                                                       ledger.useful('profile'))
-    for qi in chunk:
-      rows.append({'id': qi, 'n_samples': drawn[qi], 'n_correct': correct[qi],
-                   'p_hat': correct[qi] / drawn[qi], 'group_size': None, 'phase': None,
-                   # The chunk's FLOPs, shared out, so a later process can count them.
-                   'flops_computed': (flops_after[0] - flops_before[0]) / len(chunk),
-                   'flops_useful': (flops_after[1] - flops_before[1]) / len(chunk)})
-    metrics_lib.append_jsonl(path, rows)
-    done.update({r['id']: r for r in rows})
-    bar.update(len(chunk))
-    bar.set_postfix(q_per_s=f'{(chunk_start + len(chunk)) / max(time.time() - start, 1e-9):.1f}')
-  bar.close()
+  # closed on any exit, so a one-line error never lands on the bar's unfinished line
+  with bar:
+    start = time.time()
+    for chunk_start in range(0, len(todo), per_flush):
+      chunk = todo[chunk_start:chunk_start + per_flush]
+      drawn = dict.fromkeys(chunk, 0)
+      correct = dict.fromkeys(chunk, 0)
+      flops_before = (0.0, 0.0) if ledger is None else (ledger.computed('profile'),
+                                                        ledger.useful('profile'))
+      active = list(chunk)
+      while active:
+        prompts, row_ids, row_queries, row_q = [], [], [], []
+        for qi in active:
+          prompt = tokenizer.encode_prompt(queries[qi].prompt)
+          for j in range(drawn[qi], drawn[qi] + round_size):
+            prompts.append(prompt)
+            row_ids.append(qi * num_samples + j)
+            row_queries.append(queries[qi])
+            row_q.append(qi)
+        out = sampler.sample(params, prompts, row_ids, rng, temperature=temperature)
+        count_generation(ledger, 'profile', sampler, out, len(prompts))
+        rewards = sharding_lib.score_across_processes(
+            reward_fn, decode_rows(tokenizer, out.tokens_RxN, out.mask_RxN), row_queries)
+        for qi, ok in zip(row_q, np.asarray(rewards) >= 1.0):
+          correct[qi] += int(ok)
+        for qi in active:
+          drawn[qi] += round_size
+        active = [qi for qi in active if drawn[qi] < num_samples
+                  and not (settled is not None and settled(correct[qi], drawn[qi]))]
+      rows = []
+      flops_after = flops_before if ledger is None else (ledger.computed('profile'),
+                                                         ledger.useful('profile'))
+      for qi in chunk:
+        rows.append({'id': qi, 'n_samples': drawn[qi], 'n_correct': correct[qi],
+                     'p_hat': correct[qi] / drawn[qi], 'group_size': None, 'phase': None,
+                     # The chunk's FLOPs, shared out, so a later process can count them.
+                     'flops_computed': (flops_after[0] - flops_before[0]) / len(chunk),
+                     'flops_useful': (flops_after[1] - flops_before[1]) / len(chunk)})
+      metrics_lib.append_jsonl(path, rows)
+      done.update({r['id']: r for r in rows})
+      bar.update(len(chunk))
+      bar.set_postfix(q_per_s=f'{(chunk_start + len(chunk)) / max(time.time() - start, 1e-9):.1f}')
   index = np.arange(len(queries))
   n_samples = np.array([done[i]['n_samples'] for i in index], np.int64)
   n_correct = np.array([done[i]['n_correct'] for i in index], np.int64)

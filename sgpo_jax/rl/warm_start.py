@@ -147,18 +147,19 @@ def train_sft(cfg: model_lib.ModelConfig, params, shardings, mesh, examples, ws_
   bar = tqdm(range(int(ws_config.steps)), desc='warm start (SFT)', disable=not show_progress)
   loss = None
   multi_process = jax.process_count() > 1
-  for i in bar:
-    idx = rng.integers(0, tokens_NxT.shape[0], batch)
-    b = sharding_lib.shard_batch(mesh, (tokens_NxT[idx], mask_NxT[idx], loss_mask_NxT1[idx]))
-    state, loss = step(state, *b)
-    if multi_process:
-      # One step in flight at a time: queued steps' cross-process collectives on CPU (gloo)
-      # can interleave across a process's devices and hang the run.
-      loss.block_until_ready()
-    if i % 50 == 0 or i == int(ws_config.steps) - 1:
-      bar.set_postfix(loss=f'{float(loss):.3f}')
-    if callback is not None and callback_every and (i + 1) % callback_every == 0:
-      callback(i + 1, state[0])
+  with bar:  # closed on any exit: a one-line error starts its own line
+    for i in bar:
+      idx = rng.integers(0, tokens_NxT.shape[0], batch)
+      b = sharding_lib.shard_batch(mesh, (tokens_NxT[idx], mask_NxT[idx], loss_mask_NxT1[idx]))
+      state, loss = step(state, *b)
+      if multi_process:
+        # One step in flight at a time: queued steps' cross-process collectives on CPU (gloo)
+        # can interleave across a process's devices and hang the run.
+        loss.block_until_ready()
+      if i % 50 == 0 or i == int(ws_config.steps) - 1:
+        bar.set_postfix(loss=f'{float(loss):.3f}')
+      if callback is not None and callback_every and (i + 1) % callback_every == 0:
+        callback(i + 1, state[0])
   return state[0], (None if loss is None else float(loss))
 
 
