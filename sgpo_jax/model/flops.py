@@ -100,10 +100,15 @@ def param_counts(model_cfg: Any) -> dict[str, int]:
   }
 
 
+def _attention_flops(d: dict[str, Any], context_len: int) -> int:
+  """QK^T and AV of one query over context_len keys, every layer and head."""
+  return 4 * int(d['n_layers']) * int(d['n_heads']) * int(d['head_dim']) * int(context_len)
+
+
 def forward_flops_per_token(model_cfg: Any, context_len: int) -> int:
   """FLOPs of one token's forward pass attending over context_len positions."""
   d = _dims(model_cfg)
-  attention = 4 * int(d['n_layers']) * int(d['n_heads']) * int(d['head_dim']) * int(context_len)
+  attention = _attention_flops(d, context_len)
   logits = 2 * int(d['d_model']) * int(d['vocab_size'])
   return (2 * param_counts(model_cfg)['matmul_nonembed'] + logits + attention
           + 2 * lora_params(model_cfg))
@@ -113,11 +118,10 @@ def train_flops_per_token(model_cfg: Any, context_len: int) -> int:
   """Forward + backward of one token: 3x forward; with LoRA the frozen base's weight
   gradients are not computed (see the module docstring)."""
   forward = forward_flops_per_token(model_cfg, context_len)
-  if _dims(model_cfg)['lora_rank'] == 0:
-    return 3 * forward
   d = _dims(model_cfg)
-  attention = 4 * int(d['n_layers']) * int(d['n_heads']) * int(d['head_dim']) * int(context_len)
-  return 2 * forward + attention + 2 * lora_params(model_cfg)
+  if d['lora_rank'] == 0:
+    return 3 * forward
+  return 2 * forward + _attention_flops(d, context_len) + 2 * lora_params(model_cfg)
 
 
 def _check_rows(rows: int, valid_rows: int) -> None:
