@@ -263,11 +263,11 @@ def head_to_head(grid: np.ndarray, curves: dict[str, np.ndarray], finals: dict[s
                                                   boot_dapo['flops'][arm])])
     flops = {'point': _finite(point, nan=True), 'ci95': _finite_list(interval(reps)),
              'undefined_fraction': float(np.mean(np.isnan(reps)))}
-  lo = lambda m, i: m['ci95'] is not None and m['ci95'][i] is not None  # noqa: E731
-  above = ((lo(diff, 0) and diff['ci95'][0] > 0)
-           or (lo(flops, 0) and flops['ci95'][0] > 1))
-  below = ((lo(diff, 1) and diff['ci95'][1] < 0)
-           or (lo(flops, 1) and flops['ci95'][1] < 1))
+  has_end = lambda m, i: m['ci95'] is not None and m['ci95'][i] is not None  # noqa: E731
+  above = ((has_end(diff, 0) and diff['ci95'][0] > 0)
+           or (has_end(flops, 0) and flops['ci95'][0] > 1))
+  below = ((has_end(diff, 1) and diff['ci95'][1] < 0)
+           or (has_end(flops, 1) and flops['ci95'][1] < 1))
   verdict = ('ahead' if above and not below else 'behind' if below and not above
              else 'does not separate')
   return {'arm': arm, 'control': control, 'final_accuracy_diff': diff,
