@@ -1,0 +1,1 @@
+"""Pretrained models by name: the catalog, the GGUF importer and the fetch-once cache."""
