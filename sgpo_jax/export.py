@@ -3,7 +3,8 @@
     python -m sgpo_jax.export --workdir runs/default --out exported/ [--step N] [--peft_out DIR]
 
 The run's `config.json` gives the model; the checkpoint's `state.params` are the trained
-weights; an HF tokenizer saved with the run is copied next to them (the embedded char
+weights, from the newest checkpoint that restores and matches its checksum (the fallback a
+resume uses; a broken one is skipped, never moved); an HF tokenizer saved with the run is copied next to them (the embedded char
 tokenizer has no HF form, so only weights and config are written for it).
 
 A LoRA run (model.lora_rank > 0) exports merged weights, W + (alpha / r) A B with a QLoRA
@@ -17,7 +18,6 @@ import json
 import os
 
 import ml_collections
-import orbax.checkpoint as ocp
 
 from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.outputs import checkpoint as checkpoint_lib
@@ -37,14 +37,32 @@ def load_policy(workdir: str, step: int | None = None):
   """(params, ModelConfig, step) of the run's checkpoint `step` (default: the latest)."""
   cfg = run_model_config(workdir)
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
-  step = ckpt.latest_step() if step is None else step
-  if step is None:
-    raise ValueError(f'{workdir!r} has no checkpoint yet; run longer than '
-                     'checkpoint.every_steps or pass a workdir with checkpoints/.')
-  restored = ckpt.manager.restore(step, args=ocp.args.Composite(
-      state=ocp.args.StandardRestore()))
-  ckpt.close()
-  return lora_lib.restore_structure(cfg, restored['state']['params']), cfg, step
+  try:
+    if step is None:  # the newest intact checkpoint, as a resume would pick it
+      restored = ckpt.restore_latest(None, move_aside=False)
+      if restored is None:
+        raise ValueError(f'{workdir!r} has no checkpoint yet; run longer than '
+                         'checkpoint.every_steps or pass a workdir with checkpoints/.')
+      step, state, _ = restored
+    else:
+      state, meta = ckpt.restore(step, None)
+      ckpt.verify(state, meta)
+  finally:
+    ckpt.close()
+  return lora_lib.restore_structure(cfg, state['params']), cfg, step
+
+
+def special_token_ids(tokenizer_dir: str) -> dict[str, int]:
+  """bos / eos / pad ids of the run's HF tokenizer (those it has), for config.json and
+  generation_config.json: without them transformers' `generate` never stops at the chat
+  model's end-of-turn token."""
+  from transformers import AutoTokenizer
+  tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+  ids = {f'{name}_token_id': getattr(tok, f'{name}_token_id')
+         for name in ('bos', 'eos', 'pad')}
+  if ids['pad_token_id'] is None:
+    ids['pad_token_id'] = ids['eos_token_id']
+  return {k: int(v) for k, v in ids.items() if v is not None}
 
 
 def export_run(workdir: str, out_dir: str, step: int | None = None, peft_out: str | None = None,
@@ -60,9 +78,16 @@ def export_run(workdir: str, out_dir: str, step: int | None = None, peft_out: st
                      '(model.lora_rank=0).')
   tokenizer_dir = os.path.join(workdir, 'tokenizer')
   has_hf_tokenizer = os.path.exists(os.path.join(tokenizer_dir, 'tokenizer_config.json'))
-  return hf.save_hf_checkpoint(params, cfg, out_dir,
-                               tokenizer_dir=tokenizer_dir if has_hf_tokenizer else None,
-                               **kwargs)
+  token_ids = special_token_ids(tokenizer_dir) if has_hf_tokenizer else {}
+  files = hf.save_hf_checkpoint(params, cfg, out_dir,
+                                tokenizer_dir=tokenizer_dir if has_hf_tokenizer else None,
+                                config_overrides=token_ids, **kwargs)
+  if token_ids:
+    path = os.path.join(out_dir, 'generation_config.json')
+    with open(path, 'w') as f:
+      json.dump(token_ids, f, indent=2)
+    files.append(path)
+  return files
 
 
 def main() -> None:

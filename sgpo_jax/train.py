@@ -52,6 +52,7 @@ from sgpo_jax.outputs import paths as paths_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.generate import profiling as profile_lib
 from sgpo_jax.outputs import report as report_lib
+from sgpo_jax.pretrained import fetch as pretrained_fetch
 from sgpo_jax.allocators.sgpo import allocation as sgpo_lib
 from sgpo_jax.model import sharding as sharding_lib
 from sgpo_jax import tasks
@@ -107,6 +108,18 @@ def setup(config, workdir: str, show_progress: bool = True,
   change), then loads data, builds mesh, tokenizer, initial policy and sampler. Nothing is
   written to the workdir before every check has passed."""
   check_config(config, jax.device_count())
+  if config.model.get('pretrained'):  # the catalog model, fetched once into the cache
+    try:
+      with errors.config_errors():
+        fetched = pretrained_fetch.ensure(config.model.pretrained, log=logging.info)
+    except ConnectionError as e:
+      raise errors.ConfigError(f'model.pretrained={config.model.pretrained!r} is not cached '
+                               f'and cannot be fetched: {e}') from e
+    if os.path.abspath(fetched) != os.path.abspath(config.model.hf_path):
+      raise errors.ConfigError(
+          f'model.pretrained={config.model.pretrained!r} is cached in {fetched} but '
+          f'model.hf_path={config.model.hf_path!r}; set model.hf_path to the cached folder '
+          '(sgpo_jax.pretrained.fetch.model_dir) or leave model.pretrained empty.')
   # Inputs (paths, then tokenizer, checkpoint config and data parsed) and the workdir's
   # storage backend, before any compute or write.
   with errors.config_errors():

@@ -58,6 +58,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # arithmetic: one weight per difficulty level (largest operand's digits, min..max_digits);
   # () = each operand's digit count drawn uniformly (tasks/arithmetic.py)
   c.data.difficulty_weights = ()
+  # arithmetic: '' = the compact '12+34=' prompt; a chat phrasing such as
+  # 'What is {expression}?' ('12 + 34') for instruct models (pair it with reward='math').
+  c.data.question_template = ''
   c.data.reward = 'arithmetic'  # arithmetic | math (math-verify with bounded time)
   c.data.format_reward = 0.0  # optional bonus for a well-formed answer; 0 = off
   c.data.math_workers = 2  # math reward: killable math-verify worker processes
@@ -99,6 +102,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.model.scan_unroll = 1  # layers per step of the layer scan (1: a loop; n_layers: unrolled)
   c.model.init_std = 0.02
   c.model.hf_path = ''  # local HF checkpoint to start from (sgpo_jax/model/hf.py)
+  # a catalog name (sgpo_jax/pretrained/catalog.py): fetched into hf_path on first use
+  c.model.pretrained = ''
   # LoRA / QLoRA through qwix (sgpo_jax/model/lora.py): only the adapters train.
   c.model.lora_rank = 0  # 0 = full fine-tuning
   c.model.lora_alpha = 16.0  # adapter scale = lora_alpha / lora_rank

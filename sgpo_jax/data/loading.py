@@ -272,13 +272,17 @@ def load_queries_with_report(data_config: Any, split: str, seed: int = 0, tokeni
         data_config.max_digits,
         difficulty_weights=tuple(data_config.get('difficulty_weights', ()) or ()))
     queries = train if role == 'train' else evaluation
+    template = data_config.get('question_template', '')
+    if template:
+      queries = [arithmetic.phrase_query(q, template) for q in queries]
     report = LoadReport(source, f'seed={seed}', role, rows_read=len(queries))
     if max_prompt_len is not None and tokenizer is not None:
       too_long = [q for q in queries if len(tokenizer.encode_prompt(q.prompt)) > max_prompt_len]
       if too_long:
+        longest = max(len(tokenizer.encode_prompt(q.prompt)) for q in too_long)
         raise ValueError(f'arithmetic prompt {too_long[0].prompt!r} is longer than '
                          f'max_prompt_len={max_prompt_len} tokens; raise sampling.max_prompt_len '
-                         f'to at least 2*max_digits+2={2 * data_config.max_digits + 2}')
+                         f'to at least {longest}')
     report.num_loaded = len(queries)
     return queries, report
 

@@ -156,7 +156,12 @@ class Checkpointer:
                                  max(intact) if intact else None) from e
 
   def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
-    """Restores onto the shardings of `abstract_state` (arrays or ShapeDtypeStructs)."""
+    """Restores onto the shardings of `abstract_state` (arrays or ShapeDtypeStructs); None:
+    as saved, on the host (export, which has no learner to shape a target)."""
+    if abstract_state is None:
+      restored = self.manager.restore(step, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
+      return restored['state'], dict(restored['meta'])
     target = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), abstract_state)
     try:
@@ -189,10 +194,12 @@ class Checkpointer:
     if bad:
       raise ValueError(f'checksum mismatch in {len(bad)} arrays, e.g. {bad[0]}')
 
-  def restore_latest(self, abstract_state: Any) -> tuple[int, Any, dict] | None:
+  def restore_latest(self, abstract_state: Any, move_aside: bool = True
+                     ) -> tuple[int, Any, dict] | None:
     """(step, state, meta) of the newest checkpoint that restores and matches its checksum;
     None when there is no checkpoint. Each newer one that fails is reported in one line and
-    moved aside; when none is intact, raises NoIntactCheckpoint saying how to start fresh."""
+    moved aside (`move_aside=False`, for readers such as export: only skipped); when none is
+    intact, raises NoIntactCheckpoint saying how to start fresh."""
     moved = []
     for step in sorted(self.manager.all_steps(), reverse=True):
       try:
@@ -202,7 +209,12 @@ class Checkpointer:
       except Exception as e:  # noqa: BLE001  any failure to read back is a bad checkpoint ...
         if isinstance(e, MemoryError) or 'RESOURCE_EXHAUSTED' in str(e):
           raise  # ... except running out of memory, which says nothing about the files
-        moved.append(self._move_aside(step, _reason(e)))
+        if move_aside:
+          moved.append(self._move_aside(step, _reason(e)))
+        else:
+          logging.warning('checkpoint step %d cannot be restored (%s); trying the next older '
+                          'one', step, _reason(e))
+          moved.append(str(step))
     if moved:
       raise NoIntactCheckpoint(
           f'no checkpoint in {self.directory} restores (moved aside: '

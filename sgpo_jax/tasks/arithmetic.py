@@ -24,6 +24,7 @@ set does not depend on `num_train`.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -47,6 +48,17 @@ def make_query(operands: list[int]) -> Query:
   expression = '+'.join(str(x) for x in operands)
   return Query(id=expression, prompt=expression + '=', answer=str(sum(operands)),
                difficulty=max(len(str(x)) for x in operands))
+
+
+def phrase_query(query: Query, template: str) -> Query:
+  """`query` asked in words for a chat model: `template` with `{expression}` ('12 + 34'),
+  e.g. 'What is {expression}?'. The id and answer stay (ids stay unique across phrasings);
+  the reward must read a written answer (data.reward='math'), not the reversed digits."""
+  if '{expression}' not in template:
+    raise ValueError(f'data.question_template={template!r} has no {{expression}} field; '
+                     "write it like 'What is {expression}?'.")
+  expression = query.prompt.rstrip('=').replace('+', ' + ')
+  return dataclasses.replace(query, prompt=template.replace('{expression}', expression))
 
 
 def generate_queries(num: int, seed: int, min_digits: int = 1, max_digits: int = 4,
