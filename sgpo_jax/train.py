@@ -52,7 +52,6 @@ from sgpo_jax.outputs import paths as paths_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.generate import profiling as profile_lib
 from sgpo_jax.outputs import report as report_lib
-from sgpo_jax.allocators.sgpo import allocation as sgpo_lib
 from sgpo_jax.model import sharding as sharding_lib
 from sgpo_jax import tasks
 from sgpo_jax.data import tokenizer as tokenizer_lib
@@ -163,7 +162,7 @@ def setup(config, workdir: str, show_progress: bool = True,
                flops_lib.FlopsLedger(model_cfg, sampling_dtype=sampler.cfg.dtype))
 
 
-def run_profile(su: Setup, show_progress: bool = True) -> sgpo_lib.Allocation:
+def run_profile(su: Setup, show_progress: bool = True) -> allocators_lib.ProfileAllocation:
   """Profiles the pool under the initial policy (resumable) and allocates it."""
   config = su.config
   path = paths_lib.join(su.workdir, profile_lib.PROFILE_FILE)
@@ -176,7 +175,7 @@ def run_profile(su: Setup, show_progress: bool = True) -> sgpo_lib.Allocation:
   return allocate(su, profile)
 
 
-def allocate(su: Setup, profile: dict) -> sgpo_lib.Allocation:
+def allocate(su: Setup, profile: dict) -> allocators_lib.ProfileAllocation:
   """The allocator's allocation of `profile`; rewrites profile.jsonl with its fields."""
   allocation = allocators_lib.allocator_class(su.config.method).allocate(su.config, profile)
   if sharding_lib.is_writer():
@@ -281,7 +280,7 @@ class RunState:
   ref_params: Any  # the initial policy when train.kl_coef > 0, else None
   meta: dict
   resumed_step: int | None
-  allocation: sgpo_lib.Allocation | None = None
+  allocation: allocators_lib.ProfileAllocation | None = None
   allocator: allocators_lib.Allocator | None = None
   writer: metrics_lib.MetricsWriter | None = None
   stopper: Any = None
