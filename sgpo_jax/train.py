@@ -7,8 +7,8 @@
 RL loop, per step: the allocator selected by config.method fills a batch (which prompts,
 what G, how many generation rounds) through `rollout_fn`, which samples, scores and
 charges every generated row to the FLOPs ledger; the learner takes one jitted step on the
-fixed [R, T] batch (group sizes only in group_id); then metrics, eval / early stop and
-checkpoint. This module never names a method: allocators are plug-ins
+fixed [R, T] batch (group sizes only in group_id), or none when no group of the batch has
+reward spread (a logged `skipped_step`); then metrics, eval / early stop and checkpoint. This module never names a method: allocators are plug-ins
 (`sgpo_jax/allocators/`).
 
 `run` reads as its stages: `setup` -> `restore_or_init` -> (`rl_step` ->
@@ -366,6 +366,8 @@ def rl_step(su: Setup, rs: RunState) -> dict | None:
   filled = rs.allocator.fill_batch(make_rollout_fn(su, su.sampling_params(params), rs.step))
   if filled is None:
     return None
+  if not has_informative_group(filled.layout, filled.rollout.rewards_R):
+    return _skipped_step(su, rs, filled, time.time() - step_start, tokens_before)
   batch = train_batch(su, filled.layout, filled.rollout)
   if t.kl_coef > 0:
     ref_params = (lora_lib.reference_params(params) if lora_lib.enabled(su.model_cfg)
@@ -382,6 +384,33 @@ def rl_step(su: Setup, rs: RunState) -> dict | None:
                          passes=t.mu)
   rs.step += 1
   row = _metrics_row(su, rs, filled, step_metrics, time.time() - step_start)
+  row.update(_useful_shares(su.ledger, tokens_before))
+  return row
+
+
+def has_informative_group(layout, rewards_R: np.ndarray) -> bool:
+  """Whether any group of the batch has reward spread, i.e. a non-zero group-relative
+  advantage (every estimator in rl/losses.py is relative to its group). A non-finite reward
+  counts as spread, so the learner's finiteness check still stops the run."""
+  valid_R = np.asarray(layout.valid_R, bool)
+  rewards_R = np.asarray(rewards_R, np.float64).reshape(-1)
+  if not np.isfinite(rewards_R[valid_R]).all():
+    return True
+  return bool(allocators_lib.keep_informative_groups(
+      rewards_R, layout.group_id_R, valid_R, layout.num_groups).any())
+
+
+def _skipped_step(su: Setup, rs: RunState, filled: allocators_lib.FilledBatch, seconds: float,
+                  tokens_before: dict) -> dict:
+  """A batch without an informative group: no optimizer step (parameters and optimizer
+  state unchanged, so resume stays exact), a logged `skipped_step` row; the rollout FLOPs
+  were charged by rollout_fn and stay in the ledger. The step counter advances."""
+  rs.step += 1
+  logging.warning('step %d: no informative group in the batch (%s rounds, every group\'s '
+                  'rewards all equal); optimizer step skipped, its rollout FLOPs counted',
+                  rs.step, filled.info.get('rounds', 1))
+  row = _metrics_row(su, rs, filled, {}, seconds)
+  row['skipped_step'] = 1
   row.update(_useful_shares(su.ledger, tokens_before))
   return row
 
@@ -483,6 +512,7 @@ def finalize(su: Setup, rs: RunState) -> dict:
                    'sampler': su.sampler.compile_count},
       'padding_fraction': float(np.mean([r['padding_fraction'] for r in steps_rows]))
       if steps_rows else 0.0,
+      'skipped_steps': sum(int(r.get('skipped_step', 0)) for r in steps_rows),
       'wall_seconds': rs.wall_seconds(),
       'initial_policy': su.init_info,
       'stop_reason': rs.stop_reason,

@@ -3,7 +3,8 @@
 Each round draws R/G fresh prompts from the pool walk (`pool_walk.py`, the same order as
 GRPO's at one seed); the rounds run through the trainer's rollout_fn, so every round's
 FLOPs are charged, discarded rows included. The round loop and the keep rule are
-`dynamic_sampling.py`.
+`dynamic_sampling.py`. A batch whose `max_rounds` rounds kept no informative group holds
+only padding; the trainer then skips its optimizer step (metrics field `skipped_step`).
 """
 
 from __future__ import annotations
