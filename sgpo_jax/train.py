@@ -8,8 +8,8 @@ RL loop, per step: the allocator selected by config.method fills a batch (which 
 what G, how many generation rounds) through `rollout_fn`, which samples, scores and
 charges every generated row to the FLOPs ledger; the learner takes one jitted step on the
 fixed [R, T] batch (group sizes only in group_id), or none when no group of the batch has
-reward spread (a logged `skipped_step`); then metrics, eval / early stop and checkpoint. This module never names a method: allocators are plug-ins
-(`sgpo_jax/allocators/`).
+reward spread (a logged `skipped_step`); then metrics, eval / early stop and checkpoint.
+This module never names a method: allocators are plug-ins (`sgpo_jax/allocators/`).
 
 `run` reads as its stages: `setup` -> `restore_or_init` -> (`rl_step` ->
 `eval_and_stop` -> `maybe_checkpoint`)* -> `finalize`, over one `RunState`.

@@ -1,10 +1,11 @@
 """GRESO (arXiv 2506.02177) as an allocator: DAPO dynamic sampling whose rounds skip
 likely-zero-variance prompts before rollout (the rule: `sgpo_jax/allocators/greso/rule.py`).
 
-The pool walk is GRPO's (`pool_walk.py`, a fresh shuffle per epoch); each candidate prompt is skipped with
-`greso.skip_probability` of its all-correct / all-wrong streaks, else it joins the round
-(R/G prompts a round). A skipped prompt costs nothing; every round rolled out goes
-through the trainer's rollout_fn, so its FLOPs are charged like DAPO's, trained on or not.
+The pool walk is GRPO's (`pool_walk.py`, a fresh shuffle per epoch); each candidate prompt
+is skipped with `greso.skip_probability` of its all-correct / all-wrong streaks, else it
+joins the round (R/G prompts a round); the rounds are DAPO's (`dynamic_sampling.py`). A
+skipped prompt costs nothing; every round rolled out goes through the trainer's rollout_fn,
+so its FLOPs are charged like DAPO's, trained on or not.
 The exploration probabilities adapt once per training step, at the start of the next
 one, from the prompts rolled out over the step's rounds (from the second epoch on).
 """

@@ -1,5 +1,6 @@
 """Knapsack RL (arXiv 2509.25849) as an allocator: R/G prompts a step from the pool walk
-(`pool_walk.py`, GRPO's order), each at the group size the knapsack solve gives it (the math: `solver.py`).
+(`pool_walk.py`, GRPO's order), each at the group size the knapsack solve gives it (the
+math: `solver.py`).
 
 p of a prompt = the mean clipped reward of its last rollout group (settings.prior_success
 before its first). One plan per step, at most R rows (padding where the solve and its
