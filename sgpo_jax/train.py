@@ -7,9 +7,9 @@
 RL loop, per step: the allocator selected by config.method fills a batch (which prompts,
 what G, how many generation rounds) through `rollout_fn`, which samples, scores and
 charges every generated row to the FLOPs ledger; the learner takes one jitted step on the
-fixed [R, T] batch (group sizes only in group_id); then metrics, eval / early stop and
-checkpoint. This module never names a method: allocators are plug-ins
-(`sgpo_jax/allocators/`).
+fixed [R, T] batch (group sizes only in group_id), or none when no group of the batch has
+reward spread (a logged `skipped_step`); then metrics, eval / early stop and checkpoint.
+This module never names a method: allocators are plug-ins (`sgpo_jax/allocators/`).
 
 `run` reads as its stages: `setup` -> `restore_or_init` -> (`rl_step` ->
 `eval_and_stop` -> `maybe_checkpoint`)* -> `finalize`, over one `RunState`.
@@ -53,7 +53,6 @@ from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.generate import profiling as profile_lib
 from sgpo_jax.outputs import report as report_lib
 from sgpo_jax.pretrained import fetch as pretrained_fetch
-from sgpo_jax.allocators.sgpo import allocation as sgpo_lib
 from sgpo_jax.model import sharding as sharding_lib
 from sgpo_jax import tasks
 from sgpo_jax.data import tokenizer as tokenizer_lib
@@ -176,7 +175,7 @@ def setup(config, workdir: str, show_progress: bool = True,
                flops_lib.FlopsLedger(model_cfg, sampling_dtype=sampler.cfg.dtype))
 
 
-def run_profile(su: Setup, show_progress: bool = True) -> sgpo_lib.Allocation:
+def run_profile(su: Setup, show_progress: bool = True) -> allocators_lib.ProfileAllocation:
   """Profiles the pool under the initial policy (resumable) and allocates it."""
   config = su.config
   path = paths_lib.join(su.workdir, profile_lib.PROFILE_FILE)
@@ -189,7 +188,7 @@ def run_profile(su: Setup, show_progress: bool = True) -> sgpo_lib.Allocation:
   return allocate(su, profile)
 
 
-def allocate(su: Setup, profile: dict) -> sgpo_lib.Allocation:
+def allocate(su: Setup, profile: dict) -> allocators_lib.ProfileAllocation:
   """The allocator's allocation of `profile`; rewrites profile.jsonl with its fields."""
   allocation = allocators_lib.allocator_class(su.config.method).allocate(su.config, profile)
   if sharding_lib.is_writer():
@@ -294,7 +293,7 @@ class RunState:
   ref_params: Any  # the initial policy when train.kl_coef > 0, else None
   meta: dict
   resumed_step: int | None
-  allocation: sgpo_lib.Allocation | None = None
+  allocation: allocators_lib.ProfileAllocation | None = None
   allocator: allocators_lib.Allocator | None = None
   writer: metrics_lib.MetricsWriter | None = None
   stopper: Any = None
@@ -380,6 +379,8 @@ def rl_step(su: Setup, rs: RunState) -> dict | None:
   filled = rs.allocator.fill_batch(make_rollout_fn(su, su.sampling_params(params), rs.step))
   if filled is None:
     return None
+  if not has_informative_group(filled.layout, filled.rollout.rewards_R):
+    return _skipped_step(su, rs, filled, time.time() - step_start, tokens_before)
   batch = train_batch(su, filled.layout, filled.rollout)
   if t.kl_coef > 0:
     ref_params = (lora_lib.reference_params(params) if lora_lib.enabled(su.model_cfg)
@@ -396,6 +397,33 @@ def rl_step(su: Setup, rs: RunState) -> dict | None:
                          passes=t.mu)
   rs.step += 1
   row = _metrics_row(su, rs, filled, step_metrics, time.time() - step_start)
+  row.update(_useful_shares(su.ledger, tokens_before))
+  return row
+
+
+def has_informative_group(layout, rewards_R: np.ndarray) -> bool:
+  """Whether any group of the batch has reward spread, i.e. a non-zero group-relative
+  advantage (every estimator in rl/losses.py is relative to its group). A non-finite reward
+  counts as spread, so the learner's finiteness check still stops the run."""
+  valid_R = np.asarray(layout.valid_R, bool)
+  rewards_R = np.asarray(rewards_R, np.float64).reshape(-1)
+  if not np.isfinite(rewards_R[valid_R]).all():
+    return True
+  return bool(allocators_lib.keep_informative_groups(
+      rewards_R, layout.group_id_R, valid_R, layout.num_groups).any())
+
+
+def _skipped_step(su: Setup, rs: RunState, filled: allocators_lib.FilledBatch, seconds: float,
+                  tokens_before: dict) -> dict:
+  """A batch without an informative group: no optimizer step (parameters and optimizer
+  state unchanged, so resume stays exact), a logged `skipped_step` row; the rollout FLOPs
+  were charged by rollout_fn and stay in the ledger. The step counter advances."""
+  rs.step += 1
+  logging.warning('step %d: no informative group in the batch (%s rounds, every group\'s '
+                  'rewards all equal); optimizer step skipped, its rollout FLOPs counted',
+                  rs.step, filled.info.get('rounds', 1))
+  row = _metrics_row(su, rs, filled, {}, seconds)
+  row['skipped_step'] = 1
   row.update(_useful_shares(su.ledger, tokens_before))
   return row
 
@@ -497,6 +525,7 @@ def finalize(su: Setup, rs: RunState) -> dict:
                    'sampler': su.sampler.compile_count},
       'padding_fraction': float(np.mean([r['padding_fraction'] for r in steps_rows]))
       if steps_rows else 0.0,
+      'skipped_steps': sum(int(r.get('skipped_step', 0)) for r in steps_rows),
       'wall_seconds': rs.wall_seconds(),
       'initial_policy': su.init_info,
       'stop_reason': rs.stop_reason,

@@ -240,11 +240,11 @@ def test_dapo_keep_groups_exact_equality():
   valid = np.ones(24, bool)
   valid[19] = False
   valid[21:24] = False
-  keep = allocators.dapo_keep_groups(rewards, group_id, valid, num_groups=6)
+  keep = allocators.keep_informative_groups(rewards, group_id, valid, num_groups=6)
   np.testing.assert_array_equal(keep.reshape(6, 4).all(axis=1), [0, 0, 1, 1, 0, 0])
   assert not keep[16:].any()
   with pytest.raises(ValueError, match='num_groups=5'):
-    allocators.dapo_keep_groups(rewards, group_id, valid, num_groups=5)
+    allocators.keep_informative_groups(rewards, group_id, valid, num_groups=5)
 
 
 def test_dapo_builder_fills_from_rounds_and_reports_discards():
@@ -297,7 +297,7 @@ def test_dapo_builder_stops_at_max_rounds_and_pads():
   assert len(set(batch.layout.group_id_R.tolist())) == 5  # 1 group + 4 padding ids
   np.testing.assert_array_equal(batch.round_index_R, [1] * 4 + [-1] * 4)
   with pytest.raises(ValueError, match='no rounds'):
-    allocators.DAPOBatchBuilder(8, 2).build()
+    allocators.RoundBatchBuilder(8, 2).build()
 
 
 # -- dispatch ------------------------------------------------------------------------------

@@ -39,7 +39,11 @@ def test_sgpo_bayes_ledger_counts_probes_and_sigkill_resume_is_exact(tmp_path):
                                                alloc['probe_samples'] > 0)
   flops = summary['flops']
   assert flops['total'] == pytest.approx(flops['profile'] + flops['rollout'] + flops['train'])
-  assert summary['compiles']['train_step'] == 1
+  # This tiny policy may find no informative group at all: such steps take no optimizer
+  # step (issue 50 item 6), so the train step compiles once, or never if all were skipped.
+  skipped = sum(r.get('skipped_step', 0) for r in rows)
+  assert summary['skipped_steps'] == skipped
+  assert summary['compiles']['train_step'] == int(skipped < len(rows))
 
   killed = _run_main(str(tmp_path / 'killed'), kill_after_step=3)
   assert killed.returncode == -signal.SIGKILL

@@ -104,3 +104,44 @@ def test_the_package_never_imports_a_study_or_a_benchmark():
       offenders += [f'{module} imports {name}' for name in names
                     if name.split('.')[0] in ('studies', 'benchmarks', 'experiments')]
   assert not offenders, offenders
+
+
+ALLOCATORS = 'sgpo_jax.allocators'
+# What every allocator may build on; anything else under allocators/ is one method's own.
+SHARED_ALLOCATOR_MODULES = frozenset(f'{ALLOCATORS}.{m}' for m in (
+    'base', 'rows', 'settings', 'pool_walk', 'dynamic_sampling'))
+
+
+def _method_of(module: str) -> str | None:
+  """'dapo' for sgpo_jax.allocators.dapo, 'sgpo' for sgpo_jax.allocators.sgpo.allocator;
+  None for the package, its shared helpers and modules outside it."""
+  if not module.startswith(ALLOCATORS + '.') or module in SHARED_ALLOCATOR_MODULES:
+    return None
+  return module[len(ALLOCATORS) + 1:].split('.')[0]
+
+
+def test_each_allocator_depends_on_base_and_shared_helpers_only():
+  """No allocator reaches into another's module (no inheritance across methods), and the
+  interface, the shared helpers and the trainer name no method (issue 52 item 3)."""
+  names = module_names()
+  offenders = []
+  for module, path in names.items():
+    own = _method_of(module)
+    neutral = module in SHARED_ALLOCATOR_MODULES or module == 'sgpo_jax.train'
+    if own is None and not neutral:
+      continue
+    for target in imported(module, path, set(names)):
+      other = _method_of(target)
+      if other is not None and other != own:
+        offenders.append(f'{module} imports {target}')
+  assert not offenders, offenders
+
+
+def test_no_module_imports_a_private_name_of_another():
+  offenders = []
+  for module, path in module_names().items():
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+      if isinstance(node, ast.ImportFrom):
+        offenders += [f'{module} imports {node.module}.{alias.name}' for alias in node.names
+                      if alias.name.startswith('_') and not alias.name.startswith('__')]
+  assert not offenders, offenders

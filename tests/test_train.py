@@ -7,8 +7,10 @@ import os
 import signal
 import subprocess
 import sys
+import types
 import zlib
 
+import jax
 import numpy as np
 import pytest
 
@@ -268,6 +270,49 @@ def test_trend_early_stop_reads_evals_and_stops_the_loop(tmp_path):
   # Evals at steps 0 (initial), 1, 2: the first window with 3 evals is at step 2.
   assert summary['steps'] == 2
   assert summary['stop_reason'].startswith('early stop at step 2: stop at step 2/8: a line')
+
+
+def zero_reward(data_config):
+  """Reward 0 on every completion: every group is all-equal, no batch is informative."""
+  return lambda completions, queries: np.zeros(len(completions), np.float32)
+
+
+def test_batch_without_informative_group_skips_the_step_but_counts_its_flops(
+    tmp_path, monkeypatch):
+  """Issue 50 item 6: DAPO runs its max_rounds, finds no group with reward spread, and the
+  trainer then leaves parameters and optimizer state alone, logs `skipped_step`, and keeps
+  the rounds' rollout FLOPs in the ledger; the step counter still advances."""
+  monkeypatch.setattr(tasks, 'get_reward_fn', zero_reward)
+  config = tiny_run_config('dapo', num_steps=2)
+  config.dapo.group_size, config.dapo.max_rounds = 4, 2
+  su = train.setup(config, str(tmp_path), show_progress=False)
+  rs = train.restore_or_init(su, show_progress=False)
+  train.start_loop(su, rs)
+  before = jax.device_get(rs.train_state)
+  flops_before, rollout_before = su.ledger.total, su.ledger.computed('rollout')
+  train_before = su.ledger.computed('train')
+  row = train.rl_step(su, rs)
+  assert row['skipped_step'] == 1 and row['step'] == rs.step == 1
+  assert row['rounds'] == 2 and row['n_prompts'] == 0 and row['dapo_dropped_groups'] == 8
+  assert 'loss' not in row and 'grad_norm' not in row  # no update, so no update metrics
+  assert su.ledger.computed('rollout') > rollout_before  # both rounds were paid for
+  assert row['flops_total'] == su.ledger.total > flops_before
+  assert su.ledger.computed('train') == train_before
+  after = jax.device_get(rs.train_state)
+  assert jax.tree.structure(before) == jax.tree.structure(after)
+  for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  rs.ckpt.close()
+  rs.writer.close()
+
+
+def test_has_informative_group_reads_spread_within_valid_rows():
+  layout = types.SimpleNamespace(group_id_R=np.array([0, 0, 1, 1, 2, 3]),
+                                 valid_R=np.array([1, 1, 1, 1, 0, 0], bool), num_groups=6)
+  assert not train.has_informative_group(layout, np.array([1, 1, 0, 0, 0, 1.0]))
+  assert train.has_informative_group(layout, np.array([1, 0, 0, 0, 0, 0.0]))
+  # A NaN reward goes on to the learner, whose finiteness check stops the run.
+  assert train.has_informative_group(layout, np.array([1, 1, np.nan, 0, 0, 0]))
 
 
 @pytest.mark.slow

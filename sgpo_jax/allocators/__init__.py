@@ -15,12 +15,18 @@ Interface (`base.py`):
   generates is charged to the FLOPs ledger by the trainer, trained on or not.
 - `needs_profile = True`: the trainer profiles the pool first (stopping a query's sampling
   early when `profile_settled(config)` says so and profile.early_stop is on), turns the
-  counts into an `sgpo.Allocation` with `allocate(config, profile)` (checkpointed, written
+  counts into a `ProfileAllocation` (sGPO's: `sgpo.allocation.Allocation`) with
+  `allocate(config, profile)` (checkpointed, written
   to profile.jsonl) and passes it to `from_config` as `profile`.
 - `state_dict()` / `load_state_dict()`: identity + the fields of the allocator's `state`
   dataclass, JSON round-trip, so resume is exact.
 - Plan-per-batch allocators subclass `PlanAllocator` and write only `next_plan()` (and
   `observe()` if they learn from rewards). `EpochCursor` is the shuffled-epoch walk.
+
+Shared helpers (each allocator depends on `base.py` and these only, never on another
+allocator's module): `rows.py` (the row layout), `settings.py` (the settings base),
+`pool_walk.py` (the fixed-G baselines' shuffled pool walk), `dynamic_sampling.py` (the
+round loop that drops all-equal groups and refills the batch).
 
 The registry (`registered()`, `registered_settings()`) is what the config reads: the default
 config has one section per registered allocator, built from its settings' defaults, and
@@ -36,14 +42,15 @@ Adding an allocator `foo` (worked example: docs/architecture.md):
 """
 
 from sgpo_jax.allocators.base import (Allocator, BatchPlan, EpochCursor, FilledBatch,
-                                      PlanAllocator, Rollout, RolloutFn, allocator_class,
-                                      make_allocator, register_allocator, registered,
-                                      registered_settings)
+                                      PlanAllocator, ProfileAllocation, Rollout, RolloutFn,
+                                      allocator_class, make_allocator, register_allocator,
+                                      registered, registered_settings)
+from sgpo_jax.allocators.dynamic_sampling import (RoundBatch, RoundBatchBuilder,
+                                                  keep_informative_groups)
 from sgpo_jax.allocators.settings import AllocatorSettings
 # The registry: one line per allocator module.
 from sgpo_jax.allocators.grpo import GRPOAllocator, GRPOSettings  # noqa: I001
-from sgpo_jax.allocators.dapo import (DAPOAllocator, DAPOBatch, DAPOBatchBuilder,
-                                      DAPOSettings, dapo_keep_groups)
+from sgpo_jax.allocators.dapo import DAPOAllocator, DAPOSettings
 from sgpo_jax.allocators.sgpo.allocator import SGPOAllocator
 from sgpo_jax.allocators.greso.allocator import GRESOAllocator
 from sgpo_jax.allocators.knapsack.allocator import KnapsackAllocator
@@ -51,9 +58,9 @@ from sgpo_jax.allocators.sgpo_bayes.allocator import BayesAllocator, BayesSettin
 
 __all__ = [
     'Allocator', 'AllocatorSettings', 'BayesAllocator', 'BayesSettings', 'BatchPlan',
-    'DAPOAllocator', 'DAPOBatch', 'DAPOBatchBuilder', 'DAPOSettings', 'EpochCursor',
-    'FilledBatch', 'GRESOAllocator', 'GRPOAllocator', 'GRPOSettings', 'KnapsackAllocator',
-    'PlanAllocator', 'Rollout', 'RolloutFn', 'SGPOAllocator', 'allocator_class',
-    'dapo_keep_groups', 'make_allocator', 'register_allocator', 'registered',
-    'registered_settings',
+    'DAPOAllocator', 'DAPOSettings', 'EpochCursor', 'FilledBatch', 'GRESOAllocator',
+    'GRPOAllocator', 'GRPOSettings', 'KnapsackAllocator', 'PlanAllocator',
+    'ProfileAllocation', 'Rollout', 'RolloutFn', 'RoundBatch', 'RoundBatchBuilder',
+    'SGPOAllocator', 'allocator_class', 'keep_informative_groups', 'make_allocator',
+    'register_allocator', 'registered', 'registered_settings',
 ]

@@ -26,9 +26,8 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from sgpo_jax.allocators.sgpo import allocation as sgpo
-from sgpo_jax.allocators.rows import RowLayout
 from sgpo_jax.allocators import rows as rows_lib
+from sgpo_jax.allocators.rows import RowLayout
 from sgpo_jax.allocators.settings import AllocatorSettings
 
 
@@ -64,6 +63,23 @@ class RolloutFn(Protocol):
 
   def __call__(self, layout: RowLayout, round_index: int | None = None,
                category: str = 'rollout') -> Rollout:
+    ...
+
+
+class ProfileAllocation(Protocol):
+  """What a needs_profile allocator's `allocate(config, profile)` returns: the profiled pool
+  (per query: index, correct samples, samples drawn, p_hat) and what the run records of it."""
+  query_index: np.ndarray  # [Q'] int64 profiled queries
+  n_correct: np.ndarray  # [Q'] correct samples of each
+  n_samples: np.ndarray  # [Q'] samples drawn of each
+  p_hat: np.ndarray  # [Q'] float64 estimated success rate
+
+  def profile_records(self) -> list[dict]:
+    """One profile.jsonl record per profiled query."""
+    ...
+
+  def summary(self) -> dict:
+    """summary.json's `profile` section."""
     ...
 
 
@@ -137,7 +153,7 @@ class Allocator(abc.ABC):
   # Its settings dataclass: defaults and checks of config.<name> (`settings.py`).
   Settings: ClassVar[type[AllocatorSettings]]
   # True: the trainer profiles the pool under the initial policy first and passes the
-  # resulting `sgpo.Allocation` to `from_config` (and logs p_hat per batch).
+  # resulting `ProfileAllocation` to `from_config` (and logs p_hat per batch).
   needs_profile: ClassVar[bool] = False
   # True: `from_config` also takes `strata`, one feature value per training query (its
   # `difficulty`, None where it has none), for priors shared across similar prompts.
@@ -148,7 +164,7 @@ class Allocator(abc.ABC):
   state: Any  # a dataclass instance: all mutable progress
 
   @classmethod
-  def allocate(cls, config: Any, profile: Any) -> sgpo.Allocation:
+  def allocate(cls, config: Any, profile: Any) -> ProfileAllocation:
     """needs_profile allocators: the allocation of a profile (what `profile` becomes)."""
     raise NotImplementedError(f'allocator {cls.name!r} does not use a profile')
 

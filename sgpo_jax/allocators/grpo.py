@@ -9,9 +9,8 @@ import numpy as np
 
 from sgpo_jax.allocators.base import BatchPlan, EpochCursor, PlanAllocator, register_allocator
 from sgpo_jax.allocators import rows as rows_lib
+from sgpo_jax.allocators.pool_walk import take_pool_prompts
 from sgpo_jax.allocators.settings import AllocatorSettings, require
-
-_GRPO_STREAM = 0x6290  # seed-sequence tag of the pool walk
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,8 +56,8 @@ class GRPOAllocator(PlanAllocator):
                int(config.seed))
 
   def next_plan(self) -> BatchPlan:
-    query_index = self.state.walk.take(self.prompts_per_batch, self.num_queries,
-                                       (self.seed, _GRPO_STREAM))
+    query_index = take_pool_prompts(self.state.walk, self.prompts_per_batch, self.num_queries,
+                                    self.seed)
     return BatchPlan(query_index, np.full(query_index.size, self.group_size, np.int32),
                      self.name)
 

@@ -1,10 +1,11 @@
 """GRESO (arXiv 2506.02177) as an allocator: DAPO dynamic sampling whose rounds skip
 likely-zero-variance prompts before rollout (the rule: `sgpo_jax/allocators/greso/rule.py`).
 
-The pool walk is GRPO's (a fresh shuffle per epoch); each candidate prompt is skipped with
-`greso.skip_probability` of its all-correct / all-wrong streaks, else it joins the round
-(R/G prompts a round). A skipped prompt costs nothing; every round rolled out goes
-through the trainer's rollout_fn, so its FLOPs are charged like DAPO's, trained on or not.
+The pool walk is GRPO's (`pool_walk.py`, a fresh shuffle per epoch); each candidate prompt
+is skipped with `greso.skip_probability` of its all-correct / all-wrong streaks, else it
+joins the round (R/G prompts a round); the rounds are DAPO's (`dynamic_sampling.py`). A
+skipped prompt costs nothing; every round rolled out goes through the trainer's rollout_fn,
+so its FLOPs are charged like DAPO's, trained on or not.
 The exploration probabilities adapt once per training step, at the start of the next
 one, from the prompts rolled out over the step's rounds (from the second epoch on).
 """
@@ -16,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from sgpo_jax.allocators import dynamic_sampling
+from sgpo_jax.allocators import rows as rows_lib
+from sgpo_jax.allocators.base import (Allocator, BatchPlan, EpochCursor, FilledBatch,
+                                      RolloutFn, register_allocator, stream_rng)
 from sgpo_jax.allocators.greso import rule
-from sgpo_jax.allocators.base import (BatchPlan, EpochCursor, FilledBatch, RolloutFn,
-                                      register_allocator, stream_rng)
-from sgpo_jax.allocators.dapo import DAPOAllocator
-from sgpo_jax.allocators.grpo import _GRPO_STREAM
+from sgpo_jax.allocators.pool_walk import take_pool_prompts
 
 _GRESO_STREAM = 0x6E50  # seed-sequence tag of the skip draws
 
@@ -42,14 +44,19 @@ class GRESOState:
 
 
 @register_allocator('greso')
-class GRESOAllocator(DAPOAllocator):
+class GRESOAllocator(Allocator):
   """DAPO rounds with GRESO's pre-rollout skip; see the module docstring."""
   Settings = rule.GRESOSettings
 
   def __init__(self, num_queries: int, settings: rule.GRESOSettings, rows_per_batch: int,
                seed: int = 0):
-    super().__init__(num_queries, settings.group_size, rows_per_batch, settings.max_rounds,
-                     seed)
+    if num_queries < 1:
+      raise ValueError(f'num_queries={num_queries}: the training pool is empty')
+    rows_lib.check_rows_per_batch(rows_per_batch, (settings.group_size,))
+    self.num_queries, self.seed = int(num_queries), int(seed)
+    self.group_size, self.rows_per_batch = settings.group_size, int(rows_per_batch)
+    self.max_rounds = settings.max_rounds
+    self.prompts_per_batch = self.rows_per_batch // self.group_size
     self.settings = settings
     self.state = GRESOState(EpochCursor(), np.zeros(self.num_queries, np.int64),
                             np.zeros(self.num_queries, np.int64), settings.p_easy_init,
@@ -83,7 +90,7 @@ class GRESOAllocator(DAPOAllocator):
     st.plans += 1
     taken: list[int] = []
     while len(taken) < self.prompts_per_batch:
-      q = int(st.walk.take(1, self.num_queries, (self.seed, _GRPO_STREAM))[0])
+      q = int(take_pool_prompts(st.walk, 1, self.num_queries, self.seed)[0])
       skip = rule.skip_probability(int(st.easy_streak[q]), int(st.hard_streak[q]),
                                    st.p_easy, st.p_hard, s.p_floor)
       if skip > 0 and rng.random() < skip:
@@ -130,7 +137,10 @@ class GRESOAllocator(DAPOAllocator):
       self.observe_round(layout, rollout.rewards_R)
       return rollout
 
-    filled = super().fill_batch(observed)
-    filled.info.update(greso_skipped=self.state.step_skipped, greso_p_easy=self.state.p_easy,
-                       greso_p_hard=self.state.p_hard)
-    return filled
+    batch, rollout = dynamic_sampling.fill_from_rounds(
+        observed, lambda: self.next_plan().rows(self.rows_per_batch), self.rows_per_batch,
+        self.max_rounds)
+    info = dynamic_sampling.round_info(batch)
+    info.update(greso_skipped=self.state.step_skipped, greso_p_easy=self.state.p_easy,
+                greso_p_hard=self.state.p_hard)
+    return FilledBatch(self.name, batch.layout, rollout, info)

@@ -1,5 +1,6 @@
-"""Knapsack RL (arXiv 2509.25849) as an allocator: R/G prompts a step from GRPO's pool
-walk, each at the group size the knapsack solve gives it (the math: `solver.py`).
+"""Knapsack RL (arXiv 2509.25849) as an allocator: R/G prompts a step from the pool walk
+(`pool_walk.py`, GRPO's order), each at the group size the knapsack solve gives it (the
+math: `solver.py`).
 
 p of a prompt = the mean clipped reward of its last rollout group (settings.prior_success
 before its first). One plan per step, at most R rows (padding where the solve and its
@@ -14,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from sgpo_jax.allocators import rows as rows_lib
+from sgpo_jax.allocators.base import BatchPlan, EpochCursor, PlanAllocator, register_allocator
 from sgpo_jax.allocators.knapsack import solver
-from sgpo_jax.allocators.base import BatchPlan, EpochCursor, register_allocator
-from sgpo_jax.allocators.grpo import GRPOAllocator
+from sgpo_jax.allocators.pool_walk import take_pool_prompts
 
 UNSEEN = -1.0  # success rate of a prompt never rolled out (JSON-safe, unlike NaN)
 
@@ -28,14 +30,19 @@ class KnapsackState:
 
 
 @register_allocator('knapsack')
-class KnapsackAllocator(GRPOAllocator):
-  """Knapsack-sized groups over GRPO's walk; see the module docstring."""
+class KnapsackAllocator(PlanAllocator):
+  """Knapsack-sized groups over the pool walk; see the module docstring."""
   Settings = solver.KnapsackSettings
 
   def __init__(self, num_queries: int, settings: solver.KnapsackSettings, rows_per_batch: int,
                seed: int = 0):
     settings.check_rows_per_batch(rows_per_batch)
-    super().__init__(num_queries, settings.group_size, rows_per_batch, seed)
+    if num_queries < 1:
+      raise ValueError(f'num_queries={num_queries}: the training pool is empty')
+    rows_lib.check_rows_per_batch(rows_per_batch, (settings.group_size,))
+    self.num_queries, self.seed = int(num_queries), int(seed)
+    self.group_size, self.rows_per_batch = settings.group_size, int(rows_per_batch)
+    self.prompts_per_batch = self.rows_per_batch // self.group_size
     self.settings = settings
     self.state = KnapsackState(EpochCursor(), np.full(self.num_queries, UNSEEN))
 
@@ -54,10 +61,15 @@ class KnapsackAllocator(GRPOAllocator):
     p = self.state.success[np.asarray(query_index, np.int64)]
     return np.where(p == UNSEEN, self.settings.prior_success, p)
 
+  @property
+  def epoch(self) -> int:
+    return self.state.walk.epoch
+
   def next_plan(self) -> BatchPlan:
-    query_index = super().next_plan().query_index
+    query_index = take_pool_prompts(self.state.walk, self.prompts_per_batch, self.num_queries,
+                                    self.seed)
     sizes = solver.choose_group_sizes(self.success_estimate(query_index), self.settings,
-                          self.rows_per_batch)
+                                      self.rows_per_batch)
     return BatchPlan(query_index, sizes.astype(np.int32), self.name)
 
   def observe(self, plan: BatchPlan, rewards_R: np.ndarray, layout) -> None:

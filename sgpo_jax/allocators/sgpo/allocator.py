@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from sgpo_jax.allocators.sgpo import allocation as sgpo_lib
-from sgpo_jax.allocators.sgpo_bayes import posterior as bayes
 from sgpo_jax.allocators.base import (BatchPlan, EpochCursor, PlanAllocator,
                                       register_allocator, stream_rng)
 from sgpo_jax.allocators.rows import RowLayout
@@ -279,10 +278,10 @@ class SGPOAllocator(PlanAllocator):
       queries, inverse = np.unique(layout.row_query_index_R[rows], return_inverse=True)
       successes = np.bincount(inverse, weights=success, minlength=queries.size)
       failures = np.bincount(inverse, weights=1.0 - success, minlength=queries.size)
-      # Nothing decays (decay 1): the profiled prior is already in alpha and beta, so the
-      # update's prior argument is 0 and the result is alpha + successes exactly.
-      st.alpha[queries], st.beta[queries] = bayes.update_posterior(
-          st.alpha[queries], st.beta[queries], successes, failures, 0.0, 0.0)
+      # The Beta posterior's update: nothing decays and the profiled prior is already in
+      # alpha and beta, so the new counts are simply added.
+      st.alpha[queries] = st.alpha[queries] + successes
+      st.beta[queries] = st.beta[queries] + failures
       st.observed[queries] += np.bincount(inverse, minlength=queries.size)
     if plan.phase != self.phase_name or plan.num_prompts == 0:
       return  # a stale plan from an earlier phase says nothing about this one's plateau

@@ -11,7 +11,7 @@ Per RL batch (`fill_batch`), with the math in `posterior.py`:
    P_inf) go to `posterior.choose_group_sizes`, a greedy fill of the R rows by marginal
    expected signal per row; the ones not taken stay for a later round.
 3. Post-filter (post_filter=True): all-equal groups are dropped and further rounds refill the
-   batch (`DAPOBatchBuilder`) until R rows or max_rounds rounds; an informative group that
+   batch (`RoundBatchBuilder`) until R rows or max_rounds rounds; an informative group that
    does not fit stays a candidate. With train_cost_per_row > 0 a refill is skipped when
    `posterior.refill_lowers_cost` says it would raise the FLOPs per trained informative row.
    Every round is charged as 'rollout', dropped rows included.
@@ -48,7 +48,7 @@ from sgpo_jax.allocators.base import (
   RolloutFn,
   register_allocator,
 )
-from sgpo_jax.allocators.dapo import DAPOBatchBuilder
+from sgpo_jax.allocators.dynamic_sampling import RoundBatchBuilder
 from sgpo_jax.allocators.rows import RowLayout
 from sgpo_jax.allocators import rows as rows_lib
 from sgpo_jax.allocators.settings import AllocatorSettings, require
@@ -549,13 +549,13 @@ class BayesAllocator(Allocator):
     """Probes as needed, then rolls out training rounds until one batch is filled.
 
     post_filter=False: one round, every group trained on. post_filter=True: all-equal
-    groups are dropped and further rounds refill the batch (DAPOBatchBuilder's rule:
+    groups are dropped and further rounds refill the batch (RoundBatchBuilder's rule:
     informative groups in order while they fit), at most max_rounds rounds."""
     st, cfg = self.state, self.settings
     round_index = itertools.count()  # one rollout key per call of this step
     probe_rounds_before = st.probe_rounds
     max_rounds = cfg.max_rounds if cfg.post_filter else 1
-    builder = DAPOBatchBuilder(self.rows_per_batch, max_rounds)
+    builder = RoundBatchBuilder(self.rows_per_batch, max_rounds)
     rounds: list[Rollout] = []
     kept = dropped = 0
     epoch_before = st.epoch
@@ -616,7 +616,7 @@ class BayesAllocator(Allocator):
 
     free_rows=None: every group is trained on (post_filter=False). Else the round is
     post-filtered: a group is kept iff its rewards are not all equal and it fits the
-    `free_rows` still free (in plan order, as DAPOBatchBuilder); an informative group that
+    `free_rows` still free (in plan order, as RoundBatchBuilder); an informative group that
     does not fit is not spent (its prompt stays a candidate). Returns bool [P] arrays:
     kept groups, all-equal groups. `posterior`: the round's, before this update (default:
     posterior() now)."""
