@@ -111,7 +111,7 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
   from sgpo_jax.rl import losses
   d, s, t, es = config.data, config.sampling, config.train, config.train.early_stop
   _choice('data.source', d.source, data.SOURCES)
-  _choice('data.reward', d.reward, tasks.REWARDS)
+  tasks.check_reward_spec(d.reward)  # built-in name or module.path:function, importable
   _choice('data.bad_rows', d.bad_rows, ('error', 'skip'))
   _choice('tokenizer.kind', config.tokenizer.kind, ('char', 'hf'))
   from sgpo_jax.model import devices
