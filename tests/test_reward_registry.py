@@ -188,3 +188,68 @@ def test_startup_check_probes_gold_and_empty_completions(user_module):
   with pytest.raises(ConfigError, match=r'startup check of data.reward.*returned shape \(5,\)'):
     tasks.startup_check(bad, queries())
   tasks.startup_check(tasks.get_reward_fn(data_config('arithmetic')), queries())  # no check
+
+
+CLI_REWARDS = textwrap.dedent('''
+    import os
+
+    def quarter(completions, prompts, answer, **kwargs):
+      with open(os.path.join(os.getcwd(), 'calls.txt'), 'a') as f:
+        f.write(f'{len(completions)}\\n')
+      return [0.25] * len(completions)
+
+    def short(completions, **kwargs):
+      return [0.0] * (len(completions) - 1)
+''')
+TINY_RUN = ('--config.method=grpo', '--config.grpo.group_size=4',
+            '--config.train.rows_per_batch=8', '--config.train.num_steps=2',
+            '--config.eval.every_steps=2', '--config.checkpoint.every_steps=2',
+            '--config.data.num_train=16', '--config.data.num_eval=8',
+            '--config.warm_start.steps=0', '--config.model.n_layers=2',
+            '--config.model.d_model=32', '--config.model.d_ff=64', '--config.model.head_dim=8')
+
+
+@pytest.mark.slow
+def test_cli_trains_with_a_reward_from_the_working_directory(tmp_path):
+  """`python -m sgpo_jax.main` run from a directory holding `cli_rewards.py`: the run's
+  config.json records the path, every batch's reward is the function's; a broken reward
+  fails at startup in one line, and resuming with another reward is refused."""
+  import json
+  import os
+  import subprocess
+
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  (tmp_path / 'cli_rewards.py').write_text(CLI_REWARDS)
+  env = {**os.environ, 'PYTHONPATH': repo, 'JAX_PLATFORMS': 'cpu'}
+
+  def main(workdir, reward):
+    return subprocess.run(
+        [sys.executable, '-m', 'sgpo_jax.main', '--config',
+         os.path.join(repo, 'configs/default.py') + ':runlocal=1', '--workdir', str(workdir),
+         f'--config.data.reward={reward}', *TINY_RUN],
+        check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+  workdir = tmp_path / 'run'
+  proc = main(workdir, 'cli_rewards:quarter')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(workdir / 'config.json') as f:
+    assert json.load(f)['data']['reward'] == 'cli_rewards:quarter'
+  with open(workdir / 'metrics.jsonl') as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  steps = [r for r in rows if 'reward_mean' in r]
+  assert len(steps) == 2 and all(r['reward_mean'] == 0.25 for r in steps)
+  assert all(r['eval_accuracy'] == 0.0 for r in rows if 'eval_accuracy' in r)  # 0.25 < 1
+  calls = (tmp_path / 'calls.txt').read_text().split()
+  assert calls[0] == '8'  # the startup probe: 4 gold answers + 4 empty completions
+  assert len(calls) > 3  # then eval and rollouts
+
+  changed = main(workdir, 'arithmetic')
+  assert changed.returncode == 2
+  assert 'data.reward: "cli_rewards:quarter" -> "arithmetic"' in changed.stderr
+
+  broken = main(tmp_path / 'broken', 'cli_rewards:short')
+  assert broken.returncode == 2
+  error = broken.stderr.strip().splitlines()[-1]
+  assert error.startswith('error: startup check of data.reward'), broken.stderr[-2000:]
+  assert 'returned shape (7,) for 8 completions' in error
+  assert not (tmp_path / 'broken' / 'config.json').exists()  # nothing written
