@@ -39,7 +39,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data = ml_collections.ConfigDict()
   c.data.source = 'arithmetic'
   c.data.seed = 0  # pool / eval split / warm start: shared by every method and RL seed
-  c.data.path = ''  # file / directory for jsonl|parquet|tfds|hf sources
+  c.data.path = ''  # file / directory for jsonl|parquet|tfds|hf sources (hf: or a Hub id)
   c.data.split = 'train'
   c.data.eval_path = ''  # eval file for file sources ('' = eval_split of the same source)
   c.data.eval_split = 'test'
@@ -58,7 +58,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # arithmetic: one weight per difficulty level (largest operand's digits, min..max_digits);
   # () = each operand's digit count drawn uniformly (tasks/arithmetic.py)
   c.data.difficulty_weights = ()
-  c.data.reward = 'arithmetic'  # arithmetic | math (math-verify with bounded time)
+  # arithmetic | math (math-verify with bounded time) | module.path:function | a weighted sum
+  # 'mod:fmt=0.2,mod:correct=1.0' (sgpo_jax/tasks/rewards.py; docs/methods.md)
+  c.data.reward = 'arithmetic'
   c.data.format_reward = 0.0  # optional bonus for a well-formed answer; 0 = off
   c.data.math_workers = 2  # math reward: killable math-verify worker processes
 
