@@ -167,6 +167,19 @@ def test_config_check_refuses_a_reward_that_does_not_import(user_module, spec, m
   assert '\n' not in str(info.value)
 
 
+def test_warm_start_needs_the_arithmetic_task_or_a_checkpoint(user_module):
+  config = default_config.get_config()
+  config.data.reward = f'{user_module}:length'
+  config_check.check_ranges(config)  # arithmetic data: the warm start has its targets
+  assert tasks.target_text(arithmetic.make_query([5, 7]), config.data) == '21'  # reversed
+  config.data.source = 'jsonl'
+  with pytest.raises(ValueError, match=r"warm_start.steps=1500 trains on the arithmetic task's "
+                     r"answers, but data.source='jsonl' .* set model.hf_path"):
+    config_check.check_ranges(config)
+  config.warm_start.steps = 0
+  config_check.check_ranges(config)
+
+
 @pytest.mark.parametrize('name, message', [
     ('short', r'returned shape \(5,\) for 6 completions'),
     ('nan_on_x', r"returned nan for row 1 \(query id 'q1'\)"),

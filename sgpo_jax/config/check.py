@@ -112,6 +112,11 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
   d, s, t, es = config.data, config.sampling, config.train, config.train.early_stop
   _choice('data.source', d.source, data.SOURCES)
   tasks.check_reward_spec(d.reward)  # built-in name or module.path:function, importable
+  _require(config.warm_start.steps <= 0 or bool(config.model.hf_path)
+           or tasks.has_target_text(d),
+           f'warm_start.steps={config.warm_start.steps} trains on the arithmetic task\'s '
+           f'answers, but data.source={d.source!r} with data.reward={d.reward!r} has none; set '
+           'model.hf_path to start from a checkpoint, or warm_start.steps=0.')
   _choice('data.bad_rows', d.bad_rows, ('error', 'skip'))
   _choice('tokenizer.kind', config.tokenizer.kind, ('char', 'hf'))
   from sgpo_jax.model import devices
