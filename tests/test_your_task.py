@@ -14,7 +14,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(REPO, 'docs', 'your_task.md')
-FENCE = re.compile(r'^```(\S+)([^\n]*)\n(.*?)^```$', re.M | re.S)
+FENCE = re.compile(r'^```(\S+)([^\n]*)\n(.*?)^```$', re.MULTILINE | re.DOTALL)
 # Appended to the doc's command: a tiny model and two steps, so CI finishes fast. Everything
 # else (data, reward, method, workdir) is the doc's own.
 TINY = ('--config.grpo.group_size=4', '--config.train.rows_per_batch=8',
@@ -50,13 +50,16 @@ def test_doc_is_short_and_complete():
     assert '(docs/your_task.md)' in f.read()
 
 
-def test_doc_reward_scores_as_the_doc_says():
+def test_doc_reward_scores_as_the_doc_says(tmp_path):
+  import importlib.util
   files, _ = doc_blocks()
-  namespace = {}
-  exec(compile(files['my_rewards.py'], 'my_rewards.py', 'exec'), namespace)
+  (tmp_path / 'my_rewards.py').write_text(files['my_rewards.py'])
+  spec = importlib.util.spec_from_file_location('doc_rewards', tmp_path / 'my_rewards.py')
+  rewards = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(rewards)
   completions, answers = ['19', '18', ' 75', '1'], ['19', '19', '75', '16']
-  assert namespace['exact'](completions, answers) == [1.0, 0.0, 1.0, 0.0]
-  assert namespace['digits'](completions, answers) == [1.0, 0.5, 0.0, 0.5]
+  assert rewards.exact(completions, answers) == [1.0, 0.0, 1.0, 0.0]
+  assert rewards.digits(completions, answers) == [1.0, 0.5, 0.0, 0.5]
 
 
 @pytest.mark.slow
