@@ -337,7 +337,9 @@ def start_loop(su: Setup, rs: RunState) -> None:
                                                [q.difficulty for q in su.train_queries])
   if 'allocator' in rs.meta:
     rs.allocator.load_state_dict(rs.meta['allocator'])
-  rs.writer = metrics_lib.MetricsWriter(su.workdir, resume_step=rs.resumed_step)
+  rs.writer = metrics_lib.MetricsWriter(
+      su.workdir, resume_step=rs.resumed_step, wandb_project=su.config.logging.wandb_project,
+      wandb_config=metrics_lib.to_jsonable(su.config.to_dict()))
   if 'eval_initial' not in rs.meta:
     rs.meta['eval_initial'] = run_eval(su, su.params, 0)
     rs.writer.write({'step': 0, 'flops_total': su.ledger.total, **rs.meta['eval_initial']})

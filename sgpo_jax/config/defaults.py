@@ -240,6 +240,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.eval.at_budget_fractions = ()
   c.eval.pass_k = 0  # >0: also pass@k at temperature sampling.temperature
 
+  # Where the scalars of metrics.jsonl go besides tensorboard/ (process 0 only, same steps).
+  c.logging = ml_collections.ConfigDict()
+  c.logging.wandb_project = ''  # '' = off; else this Weights & Biases project (pip install wandb)
+
   if args['runlocal']:
     shrink_for_local_run(c)
   return c
