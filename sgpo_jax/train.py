@@ -148,6 +148,12 @@ def setup(config, workdir: str, show_progress: bool = True,
   with errors.config_errors():  # a missing or malformed data file: one line
     train_queries = load(config.data.split)
     eval_queries = load(config.data.eval_split)
+  reward_fn = tasks.get_reward_fn(config.data)
+  try:  # a user reward's contract, on a probe batch, before anything is written or computed
+    tasks.startup_check(reward_fn, train_queries)
+  except BaseException:
+    getattr(reward_fn, 'close', lambda: None)()
+    raise
   logging.info(inputs_lib.prompt_length_report(
       [len(tokenizer.encode_prompt(q.prompt)) for q in train_queries],
       prompt_buckets(config), s.max_prompt_len)[1])
@@ -158,7 +164,6 @@ def setup(config, workdir: str, show_progress: bool = True,
   metrics_lib.write_json(paths_lib.join(workdir, 'config.json'), config.to_dict())
   if sharding_lib.is_writer():
     paths_lib.save_tokenizer(tokenizer, paths_lib.join(workdir, 'tokenizer'))
-  reward_fn = tasks.get_reward_fn(config.data)
   params, shardings, init_info = warm_start_lib.initial_policy(
       config, model_cfg, mesh, tokenizer, train_queries, workdir, show_progress)
   if lora_lib.enabled(model_cfg):  # adapters beside the (quantized) frozen base
@@ -344,7 +349,9 @@ def start_loop(su: Setup, rs: RunState) -> None:
                                                [q.difficulty for q in su.train_queries])
   if 'allocator' in rs.meta:
     rs.allocator.load_state_dict(rs.meta['allocator'])
-  rs.writer = metrics_lib.MetricsWriter(su.workdir, resume_step=rs.resumed_step)
+  rs.writer = metrics_lib.MetricsWriter(
+      su.workdir, resume_step=rs.resumed_step, wandb_project=su.config.logging.wandb_project,
+      wandb_config=metrics_lib.to_jsonable(su.config.to_dict()))
   if 'eval_initial' not in rs.meta:
     rs.meta['eval_initial'] = run_eval(su, su.params, 0)
     rs.writer.write({'step': 0, 'flops_total': su.ledger.total, **rs.meta['eval_initial']})

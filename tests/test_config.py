@@ -336,6 +336,8 @@ INTENDED_CHANGES = {
     'sgpo_bayes.group_sizes': (2, 4),
     'train.packing': True,
     'train.pack_rows': 8,
+    # Issue 51: metrics to Weights & Biases, off by default (a new section).
+    'logging.wandb_project': '',
 }
 
 
@@ -346,7 +348,7 @@ def _with_intended_changes(values, types):
     *path, leaf = key.split('.')
     node = values
     for part in path:
-      node = node[part]
+      node = node.setdefault(part, {})  # a section added since the snapshot
     node[leaf] = value
     types[key] = type(value).__name__
   return values, types

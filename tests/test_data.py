@@ -174,3 +174,74 @@ def test_os_path_of_report(tmp_path):
   report = load_queries(_data_config('jsonl', tmp_path), 'train').report
   assert report.location == str(tmp_path) and os.path.isdir(report.location)
   assert report.num_skipped == 0 and report.num_loaded == 3
+
+
+CHAT_ROWS = [
+    {'id': 'c1', 'answer': '5', 'prompt': [{'role': 'system', 'content': 'be brief'},
+                                           {'role': 'user', 'content': '2+3?'}]},
+    {'id': 'c2', 'answer': '4', 'prompt': [{'role': 'user', 'content': '2+2?'}]},
+]
+CHAT_PROMPTS = [({'role': 'system', 'content': 'be brief'}, {'role': 'user', 'content': '2+3?'}),
+                ({'role': 'user', 'content': '2+2?'},)]
+
+
+def test_chat_rows_load_as_messages_from_every_file_reader(tmp_path):
+  import datasets
+
+  _write_jsonl(tmp_path / 'chat.jsonl', CHAT_ROWS)
+  _write_parquet(tmp_path / 'chat.parquet', CHAT_ROWS)
+  datasets.Dataset.from_list(CHAT_ROWS).save_to_disk(str(tmp_path / 'chat_hf'))
+  for source, path in (('jsonl', 'chat.jsonl'), ('parquet', 'chat.parquet'),
+                       ('hf', 'chat_hf'), ('hf', 'chat.jsonl')):
+    config = _data_config(source, tmp_path / path)
+    queries = load_queries(config, 'train')
+    assert [q.prompt for q in queries] == CHAT_PROMPTS, (source, path)
+    assert [(q.id, q.answer) for q in queries] == [('c1', '5'), ('c2', '4')]
+  # Plain string prompts beside them keep working.
+  _write_jsonl(tmp_path / 'mixed.jsonl', CHAT_ROWS + [{'id': 'p', 'prompt': '1+1?', 'answer': 2}])
+  assert load_queries(_data_config('jsonl', tmp_path / 'mixed.jsonl'), 'train')[2].prompt == '1+1?'
+
+
+@pytest.mark.parametrize('message, error', [
+    ({'content': '2+3?'}, "jsonl:2: prompt field 'prompt' message 1 has 'role' missing"),
+    ({'role': 'user'}, "jsonl:2: prompt field 'prompt' message 1 has 'content' missing"),
+    ({'role': 'user', 'content': 7}, "message 1 has 'content' int, not a string"),
+    ('2+3?', 'message 1 is str, not a {role, content} object'),
+])
+def test_chat_row_without_role_or_content_names_the_row(tmp_path, message, error):
+  rows = [CHAT_ROWS[1], dict(CHAT_ROWS[0], prompt=[CHAT_ROWS[0]['prompt'][0], message])]
+  _write_jsonl(tmp_path / 'bad.jsonl', rows)
+  with pytest.raises(ValueError, match=error) as info:
+    load_queries(_data_config('jsonl', tmp_path / 'bad.jsonl'), 'train')
+  assert 'bad.jsonl:2' in str(info.value) and '\n' not in str(info.value)
+
+
+def test_chat_rows_need_a_tokenizer_with_a_chat_template(tmp_path):
+  _write_jsonl(tmp_path / 'chat.jsonl', CHAT_ROWS)
+  with pytest.raises(ValueError, match='chat.jsonl:1: prompt cannot be tokenized: a chat-format '
+                     'prompt .* needs a chat template'):
+    load_queries(_data_config('jsonl', tmp_path / 'chat.jsonl'), 'train',
+                 tokenizer=CharTokenizer(), max_prompt_len=64)
+
+
+def test_hub_dataset_id_offline_is_one_line(monkeypatch, tmp_path):
+  """No network here: a Hub id reaches datasets.load_dataset and fails in one line."""
+  import datasets
+  import huggingface_hub
+
+  from sgpo_jax.data import inputs, loading
+  monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_OFFLINE', True)  # fail fast, no retries
+  monkeypatch.setattr(datasets.config, 'HF_HUB_OFFLINE', True)
+  monkeypatch.chdir(tmp_path)
+  assert loading.is_hub_id('nobody/no-such-dataset') and loading.is_hub_id('gsm8k:main')
+  assert not loading.is_hub_id('missing.jsonl') and not loading.is_hub_id('/abs/dir')
+  config = _data_config('hf', 'nobody/no-such-dataset')
+  full = get_config()
+  full.data = config
+  assert inputs.path_problems(full) == []  # the loader decides, not the path check
+  with pytest.raises(ValueError, match="data.path='nobody/no-such-dataset' is no local path, so "
+                     'it was read as a Hugging Face Hub dataset id.*ConnectionError') as info:
+    load_queries(config, 'train')
+  assert '\n' not in str(info.value)
+  full.data.path = 'missing.jsonl'
+  assert "data.path='missing.jsonl' does not exist" in inputs.path_problems(full)[0]

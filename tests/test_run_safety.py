@@ -235,6 +235,7 @@ def test_output_only_changes_are_allowed_and_structural_ones_never():
   new_config.checkpoint.keep = 4
   new_config.train.num_steps = 10  # larger, constant schedule, no early stop
   new_config.data.math_workers = 4
+  new_config.logging.wandb_project = 'runs'  # W&B mirrors metrics.jsonl: output-only
   new_flat = resume_lib.flatten(resume_lib.as_json(new_config))
   old_flat = resume_lib.flatten(old)
   for field, (a, b) in resume_lib.differences(old_flat, new_flat).items():

@@ -129,4 +129,6 @@ def test_get_reward_fn_unknown_and_target_text():
   query = arithmetic.make_query([5, 7])
   assert tasks.target_text(query, _data_config()) == '21'
   with pytest.raises(ValueError, match='only the embedded task'):
-    tasks.target_text(query, _data_config(reward='math'))
+    tasks.target_text(query, _data_config(reward='math', source='jsonl'))
+  # Any reward on the embedded task's data keeps its targets (a user reward warm-starts too).
+  assert tasks.target_text(query, _data_config(reward='my_rewards:fn')) == '21'

@@ -210,3 +210,29 @@ def test_qwen3_template_thinking_switch(qwen3_dir, tmp_path, enable_thinking, ta
   assert tok.stop_token_ids == [tok.encode('<|im_end|>')[0]]
   tok.save(str(tmp_path))  # the switch survives save / load next to a run
   assert load_saved_tokenizer(str(tmp_path)).encode_prompt('what is 2 + 3 ?') == ids
+
+
+def test_hf_chat_messages_go_through_the_template(hf_dir):
+  messages = ({'role': 'system', 'content': 'be brief .'},
+              {'role': 'user', 'content': 'what is 2 + 3 ?'})
+  expected = ('<|im_start|>system be brief .<|im_end|> <|im_start|>user what is 2 + 3 ?'
+              '<|im_end|> <|im_start|>assistant ')
+  plain = HFTokenizer(hf_dir)  # chat_template=False: strings stay raw, messages do not
+  assert plain.prompt_text('what is 2 + 3 ?') == 'what is 2 + 3 ?'
+  assert plain.prompt_text(messages) == expected
+  assert plain.encode_prompt(messages) == [plain.bos_id] + plain.encode(expected)
+  # The configured system prompt goes first unless the messages bring their own.
+  with_system = HFTokenizer(hf_dir, system_prompt='be brief .')
+  assert with_system.prompt_text(messages[1:]) == expected
+  own = ({'role': 'system', 'content': 'the answer'},) + messages[1:]
+  assert with_system.prompt_text(own).startswith('<|im_start|>system the answer<|im_end|>')
+
+
+def test_chat_messages_without_a_template_are_refused(hf_dir, tmp_path):
+  messages = ({'role': 'user', 'content': 'what is 2 + 3 ?'},)
+  with pytest.raises(ValueError, match='needs a chat template: set tokenizer.kind=hf'):
+    CharTokenizer().encode_prompt(messages)
+  tok = HFTokenizer(hf_dir)
+  tok.tok.chat_template = None
+  with pytest.raises(ValueError, match='has none; add one to its tokenizer_config.json'):
+    tok.encode_prompt(messages)

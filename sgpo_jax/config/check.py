@@ -104,6 +104,15 @@ def check_finite(config: ml_collections.ConfigDict, prefix: str = '') -> None:
         raise ValueError(f'config.{name}={value!r} is not finite; give a finite number.')
 
 
+def _check_wandb(project: str) -> None:
+  if project:
+    try:
+      import wandb  # noqa: F401  (optional dependency: only a run that logs to W&B needs it)
+    except ImportError:
+      raise ValueError(f'logging.wandb_project={project!r} needs wandb: pip install wandb') \
+          from None
+
+
 def check_ranges(config: ml_collections.ConfigDict) -> None:
   """Value ranges and choices of the non-allocator sections."""
   from sgpo_jax import tasks  # the registries of names (no cycle: none imports us)
@@ -111,8 +120,14 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
   from sgpo_jax.rl import losses
   d, s, t, es = config.data, config.sampling, config.train, config.train.early_stop
   _choice('data.source', d.source, data.SOURCES)
-  _choice('data.reward', d.reward, tasks.REWARDS)
+  tasks.check_reward_spec(d.reward)  # built-in name or module.path:function, importable
+  _require(config.warm_start.steps <= 0 or bool(config.model.hf_path)
+           or tasks.has_target_text(d),
+           f'warm_start.steps={config.warm_start.steps} trains on the arithmetic task\'s '
+           f'answers, but data.source={d.source!r} with data.reward={d.reward!r} has none; set '
+           'model.hf_path to start from a checkpoint, or warm_start.steps=0.')
   _choice('data.bad_rows', d.bad_rows, ('error', 'skip'))
+  _check_wandb(config.logging.wandb_project)
   _choice('tokenizer.kind', config.tokenizer.kind, ('char', 'hf'))
   from sgpo_jax.model import devices
   _choice('dry_run_device', config.dry_run_device, ('',) + tuple(sorted(devices.DEVICES)))

@@ -39,7 +39,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data = ml_collections.ConfigDict()
   c.data.source = 'arithmetic'
   c.data.seed = 0  # pool / eval split / warm start: shared by every method and RL seed
-  c.data.path = ''  # file / directory for jsonl|parquet|tfds|hf sources
+  c.data.path = ''  # file / directory for jsonl|parquet|tfds|hf sources (hf: or a Hub id)
   c.data.split = 'train'
   c.data.eval_path = ''  # eval file for file sources ('' = eval_split of the same source)
   c.data.eval_split = 'test'
@@ -61,7 +61,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # arithmetic: '' = the compact '12+34=' prompt; a chat phrasing such as
   # 'What is {expression}?' ('12 + 34') for instruct models (pair it with reward='math').
   c.data.question_template = ''
-  c.data.reward = 'arithmetic'  # arithmetic | math (math-verify with bounded time)
+  # arithmetic | math (math-verify with bounded time) | module.path:function | a weighted sum
+  # 'mod:fmt=0.2,mod:correct=1.0' (sgpo_jax/tasks/rewards.py; docs/methods.md)
+  c.data.reward = 'arithmetic'
   c.data.format_reward = 0.0  # optional bonus for a well-formed answer; 0 = off
   c.data.math_workers = 2  # math reward: killable math-verify worker processes
 
@@ -242,6 +244,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # compute, densely where the strong arms cross a target (the comparison regimes' schedule).
   c.eval.at_budget_fractions = ()
   c.eval.pass_k = 0  # >0: also pass@k at temperature sampling.temperature
+
+  # Where the scalars of metrics.jsonl go besides tensorboard/ (process 0 only, same steps).
+  c.logging = ml_collections.ConfigDict()
+  c.logging.wandb_project = ''  # '' = off; else this Weights & Biases project (pip install wandb)
 
   if args['runlocal']:
     shrink_for_local_run(c)

@@ -34,10 +34,11 @@ RESULT_PATHS = ('checkpoints', 'metrics.jsonl', 'profile.jsonl')
 # them: see `_allowed`); a checkpoint holds the whole state whatever the cadence, and the
 # RNG of step t is fold_in(seed, t), so checkpoint cadence, retention and async saving
 # change no number; the reward workers' count changes where an answer is scored, not its
-# verdict. (There is no separate logging cadence: metrics.jsonl has one row per step.)
+# verdict; W&B logging mirrors metrics.jsonl. (There is no separate logging cadence:
+# metrics.jsonl has one row per step.)
 OUTPUT_ONLY = ('eval.every_steps', 'eval.at_budget_fractions', 'eval.pass_k',
                'checkpoint.every_steps', 'checkpoint.keep', 'checkpoint.async_save',
-               'data.math_workers')
+               'data.math_workers', 'logging.wandb_project')
 # Fields the early stopper reads (evals, the planned length): output-only only without it.
 _EVAL_FIELDS = ('eval.every_steps', 'eval.at_budget_fractions', 'eval.pass_k')
 # Never changed within a run, even when named in `allow`: the checkpoint's arrays (model),

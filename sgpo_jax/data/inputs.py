@@ -3,7 +3,8 @@
 `path_problems(config)` lists, per config field, a path that is a placeholder (the shipped
 configs' `/path/to/...`), missing, or not what the field needs: `model.hf_path` (a checkpoint
 directory with config.json), `tokenizer.path` (a directory, for tokenizer.kind='hf'),
-`data.path` / `data.eval_path` (file sources). `check_paths` raises one ValueError naming
+`data.path` / `data.eval_path` (file sources; a Hub dataset id for source='hf' is left to
+the loader). `check_paths` raises one ValueError naming
 every bad field and the flag that sets it; `train.setup` calls it first, the dry run prints
 the same lines as warnings (it may run on a laptop without the inputs).
 
@@ -60,7 +61,10 @@ def path_problems(config: Any) -> list[str]:
     if not d.path and not d.eval_path:
       problems.append(f'data.path is empty but data.source={d.source!r} reads files; set '
                       '--config.data.path.')
+    from sgpo_jax.data import loading  # the Hub id spelling (source='hf')
     for field in ('path', 'eval_path'):
+      if d.source == 'hf' and d.get(field) and loading.is_hub_id(d[field]):
+        continue  # read from the Hub when loaded; offline, the loader's one-line error
       if d.get(field):
         problems.append(_problem(f'data.{field}', d[field], f'the {d.source} file or '
                                  'directory of the split', 'any'))

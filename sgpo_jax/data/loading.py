@@ -11,12 +11,19 @@ Owns `Query` and `load_queries(config.data, split, ...)`:
     `<split>.parquet` (or shards `<split>-*.jsonl|parquet`).
   * tfds: `path` is a prepared TFDS dataset directory (array_record or parquet file format),
     read with `tfds.builder_from_directory(path).as_data_source(split)` (no TensorFlow).
-  * hf: `path` is a `datasets` `save_to_disk` directory (Dataset or DatasetDict) or a local
-    .jsonl/.json/.parquet/.csv file read with `datasets.load_dataset`.
+  * hf: `path` is a `datasets` `save_to_disk` directory (Dataset or DatasetDict), a local
+    .jsonl/.json/.parquet/.csv file read with `datasets.load_dataset`, or, when no such local
+    path exists, a Hugging Face Hub dataset id `owner/name` (`owner/name:config` picks a
+    config), loaded with `datasets.load_dataset` (needs the network or the datasets cache;
+    offline it is a one-line error).
   File rows keep file order; `num_train`/`num_eval` apply to the arithmetic source only.
 
+A prompt is a string, or (chat format) a list of `{role, content}` messages, kept as a tuple
+of `{'role', 'content'}` dicts; the tokenizer renders a message list with its chat template.
+
 Row checks (each failure names `file:row`, the problem and the fix; rows are 1-based, for
-JSONL they are line numbers): missing field, empty or non-string prompt, answer that is not a
+JSONL they are line numbers): missing field, empty or non-string prompt, a chat message
+without a string `role` and `content`, answer that is not a
 string, duplicate id, prompt the tokenizer cannot encode or longer than `max_prompt_len`
 tokens after templating (both need a `tokenizer`), invalid JSON, a row that is not an object.
 Conversions: an int answer or id (not bool) becomes `str(x)`; a finite float answer becomes
@@ -35,6 +42,7 @@ import json
 import logging
 import math
 import os
+import re
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -94,6 +102,8 @@ def _location(data_config: Any, role: str) -> tuple[str, str]:
     field = 'data.path' if role == 'train' else 'data.eval_path (or data.path)'
     raise ValueError(f'data.source={data_config.source!r} needs {field} set to a local file '
                      'or directory')
+  if data_config.source == 'hf' and is_hub_id(path):
+    return path, split_name
   if not os.path.exists(path):
     raise ValueError(f'data path {path!r} does not exist; set data.path / data.eval_path to '
                      'a local file or directory')
@@ -152,10 +162,37 @@ def _read_tfds(path: str, split_name: str) -> Iterator[tuple[str, int, Any]]:
     yield f'{path}[{split_name}]', index + 1, source[index]
 
 
+_HUB_ID = re.compile(r'[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?(:[\w.-]+)?')
+_FILE_EXTENSIONS = ('.jsonl', '.json', '.parquet', '.csv', '.arrow')
+
+
+def is_hub_id(path: str) -> bool:
+  """Whether source='hf' reads `path` from the Hub: no local path of that name, and it is
+  spelled `owner/name` or `name` (optionally `:config`), not like a file."""
+  return (not os.path.exists(path) and bool(_HUB_ID.fullmatch(path))
+          and not path.split(':')[0].endswith(_FILE_EXTENSIONS))
+
+
+def _load_hub(path: str, split_name: str) -> Any:
+  import datasets
+
+  name, _, config_name = path.partition(':')
+  try:
+    return datasets.load_dataset(name, config_name or None, split=split_name)
+  except Exception as e:  # noqa: BLE001  offline, no such dataset/split: one line either way
+    raise ValueError(f'data.path={path!r} is no local path, so it was read as a Hugging Face '
+                     f'Hub dataset id, and loading it failed ({type(e).__name__}: '
+                     f'{" ".join(str(e).split())[:300]}); connect to the Hub (or load it once '
+                     'online to fill the datasets cache), check the id, config and split '
+                     'data.split / data.eval_split, or point data.path at local files') from None
+
+
 def _read_hf(path: str, split_name: str) -> Iterator[tuple[str, int, Any]]:
   import datasets
 
-  if os.path.isdir(path):
+  if is_hub_id(path):
+    loaded = _load_hub(path, split_name)
+  elif os.path.isdir(path):
     loaded = datasets.load_from_disk(path)
     if isinstance(loaded, datasets.DatasetDict):
       if split_name not in loaded:
@@ -202,6 +239,41 @@ def _to_answer(value: Any, field: str) -> str:
                'string or number; store answers as strings')
 
 
+def _to_messages(value: Any, field: str) -> tuple[dict[str, str], ...]:
+  """A chat prompt: each message a {role, content} of strings; other keys are dropped."""
+  messages = []
+  for i, message in enumerate(value):
+    if not isinstance(message, dict):
+      raise BadRow('bad_message', f'prompt field {field!r} message {i} is '
+                   f'{type(message).__name__}, not a {{role, content}} object; fix the row')
+    for key in ('role', 'content'):
+      text = _as_text(message.get(key))
+      if not isinstance(text, str):
+        what = 'missing' if text is None else f'{type(text).__name__}, not a string'
+        raise BadRow('bad_message', f'prompt field {field!r} message {i} has {key!r} {what} '
+                     f'(keys: {sorted(message)}); chat messages need string role and content')
+    messages.append({'role': _as_text(message['role']), 'content': _as_text(message['content'])})
+  if not any(m['content'].strip() for m in messages):
+    raise BadRow('empty_prompt', f'prompt field {field!r} has no message with content; fill it '
+                 'or drop the row')
+  return tuple(messages)
+
+
+def _to_prompt(value: Any, field: str) -> str | tuple[dict[str, str], ...]:
+  """A prompt string, or a chat prompt: a list of messages (module docstring)."""
+  value = _as_text(value)
+  if hasattr(value, 'tolist') and not isinstance(value, str):  # numpy arrays of messages
+    value = value.tolist()
+  if isinstance(value, (list, tuple)):
+    return _to_messages(value, field)
+  if not isinstance(value, str):
+    raise BadRow('bad_prompt', f'prompt field {field!r} is {type(value).__name__}, not a '
+                 'string or a list of {role, content} messages; store prompts as either')
+  if not value.strip():
+    raise BadRow('empty_prompt', f'prompt field {field!r} is empty; fill it or drop the row')
+  return value
+
+
 def _to_query(row: Any, data_config: Any, split_name: str, row_no: int, tokenizer: Any,
               max_prompt_len: int | None) -> Query:
   if not isinstance(row, dict):
@@ -212,12 +284,7 @@ def _to_query(row: Any, data_config: Any, split_name: str, row_no: int, tokenize
     if field not in row or row[field] is None:
       raise BadRow('missing_field', f'missing field {field!r} (has {sorted(row)}); add it or '
                    f'set data.{_field_option(field, data_config)} to the right column')
-  prompt = _as_text(row[prompt_field])
-  if not isinstance(prompt, str):
-    raise BadRow('bad_prompt', f'prompt field {prompt_field!r} is {type(prompt).__name__}, not a '
-                 'string; store prompts as strings')
-  if not prompt.strip():
-    raise BadRow('empty_prompt', f'prompt field {prompt_field!r} is empty; fill it or drop the row')
+  prompt = _to_prompt(row[prompt_field], prompt_field)
   answer = _to_answer(row[answer_field], answer_field)
   if id_field:
     query_id = _as_text(row[id_field])

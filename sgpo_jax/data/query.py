@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 
+# A chat prompt: {'role': ..., 'content': ...} messages, rendered by the chat template.
+Messages = tuple[dict[str, str], ...]
+
 
 @dataclasses.dataclass(frozen=True)
 class Query:
   id: str
-  prompt: str
+  prompt: str | Messages  # plain text, or chat messages (data/loading.py)
   answer: str
   difficulty: int | None = None
   metadata: dict = dataclasses.field(default_factory=dict)

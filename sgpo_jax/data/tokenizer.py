@@ -8,6 +8,7 @@ Owns two tokenizers with one interface (`encode`, `decode`, `encode_prompt`, `pa
 - `HFTokenizer`: a local Hugging Face tokenizer directory via `AutoTokenizer`, with an
   optional chat template (system prompt + user turn + generation prompt) and the
   `enable_thinking` template switch (Qwen3: False pre-fills an empty <think></think> block).
+  A chat-format prompt (a list of {role, content} messages) always goes through the template.
 
 `load_tokenizer(config.tokenizer)` picks one; `load_saved_tokenizer(dir)` reads back what
 `save(dir)` wrote next to a run.
@@ -19,6 +20,8 @@ import json
 import os
 from collections.abc import Sequence
 from typing import Any
+
+from sgpo_jax.data.query import Messages
 
 CHAR_TOKENIZER_FILE = 'char_tokenizer.json'
 HF_SETTINGS_FILE = 'sgpo_tokenizer.json'
@@ -72,8 +75,12 @@ class CharTokenizer:
       ids.append(token)
     return ids
 
-  def encode_prompt(self, prompt_text: str) -> list[int]:
+  def encode_prompt(self, prompt_text: str | Messages) -> list[int]:
     """BOS + encode(prompt_text): what the sampler is fed."""
+    if not isinstance(prompt_text, str):  # a ValueError: loaders report it as the row's
+      raise ValueError(  # noqa: TRY004
+          'a chat-format prompt (a list of messages) needs a chat template: set '
+          'tokenizer.kind=hf and tokenizer.path to a tokenizer that has one')
     return [self.BOS] + self.encode(prompt_text)
 
   def decode(self, ids: Sequence[int]) -> str:
@@ -181,12 +188,22 @@ class HFTokenizer:
     """Token ids of `text`, with no special tokens added."""
     return list(self.tok.encode(text, add_special_tokens=False))
 
-  def prompt_text(self, prompt_text: str) -> str:
-    """The prompt after templating (chat template or unchanged)."""
-    if not self.chat_template:
-      return prompt_text
-    messages = [{'role': 'user', 'content': prompt_text}]
-    if self.system_prompt:
+  def prompt_text(self, prompt_text: str | Messages) -> str:
+    """The prompt after templating. A string: through the chat template when
+    `chat_template` is set (system prompt + one user turn), else unchanged. A list of
+    messages (chat-format data): always through the chat template, with the system prompt
+    first unless the messages begin with their own."""
+    if isinstance(prompt_text, str):
+      if not self.chat_template:
+        return prompt_text
+      messages = [{'role': 'user', 'content': prompt_text}]
+    else:
+      if not self.tok.chat_template:
+        raise ValueError(f'a chat-format prompt (a list of messages) needs a chat template '
+                         f'but the tokenizer at {self.path} has none; add one to its '
+                         'tokenizer_config.json or store prompts as strings')
+      messages = [dict(m) for m in prompt_text]
+    if self.system_prompt and messages[0].get('role') != 'system':
       messages.insert(0, {'role': 'system', 'content': self.system_prompt})
     # tokenize=False: in transformers v5 tokenize=True returns a dict, not ids.
     # enable_thinking reaches the template as a variable: Qwen3's template then closes an
@@ -194,7 +211,7 @@ class HFTokenizer:
     return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                         enable_thinking=self.enable_thinking)
 
-  def encode_prompt(self, prompt_text: str) -> list[int]:
+  def encode_prompt(self, prompt_text: str | Messages) -> list[int]:
     """Templated prompt ids; BOS is prepended unless the template already starts with it."""
     ids = self.encode(self.prompt_text(prompt_text))
     if self.bos_id is not None and (not ids or ids[0] != self.bos_id):

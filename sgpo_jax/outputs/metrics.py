@@ -1,4 +1,4 @@
-"""Run outputs that record numbers: metrics.jsonl, TensorBoard events, JSON files.
+"""Run outputs that record numbers: metrics.jsonl, TensorBoard events, W&B, JSON files.
 
 Only process 0 writes (`sharding.is_writer`). TensorBoard event files are written with
 tensorboardX, which needs no TensorFlow. Paths may be local or remote (gs://): files go
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from typing import Any, Iterable
 
 import numpy as np
@@ -68,10 +69,35 @@ def truncate_jsonl(path: str, keep) -> list[dict]:
   return rows
 
 
-class MetricsWriter:
-  """Appends one JSON line per step and mirrors scalars to TensorBoard."""
+def scalars(row: dict) -> dict[str, float]:
+  """The numeric fields of a metrics row but `step`: what TensorBoard and W&B receive."""
+  return {k: v for k, v in row.items()
+          if k != 'step' and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
-  def __init__(self, workdir: str, resume_step: int | None = None):
+
+WANDB_ID_FILE = 'wandb_run_id'
+
+
+def start_wandb(workdir: str, project: str, config: dict | None, resumed: bool):
+  """A W&B run for this workdir; a resumed run continues the W&B run its workdir names."""
+  # Imported here: wandb is an optional dependency, needed only when a project is set (the
+  # config check has already said so in one line when it is missing).
+  import wandb
+
+  id_path = paths.join(workdir, WANDB_ID_FILE)
+  run_id = paths.read_text(id_path).strip() if resumed and paths.exists(id_path) else ''
+  run_id = run_id or uuid.uuid4().hex[:12]
+  paths.write_text(id_path, run_id + '\n')
+  name = workdir.rstrip('/').rsplit('/', 1)[-1]
+  return wandb.init(project=project, id=run_id, name=name, config=config, resume='allow')
+
+
+class MetricsWriter:
+  """Appends one JSON line per step and mirrors its scalars to TensorBoard (and W&B when
+  `wandb_project` is set)."""
+
+  def __init__(self, workdir: str, resume_step: int | None = None, wandb_project: str = '',
+               wandb_config: dict | None = None):
     self.path = paths.join(workdir, 'metrics.jsonl')
     self.rows: list[dict] = []
     if resume_step is not None:
@@ -86,6 +112,9 @@ class MetricsWriter:
     if sharding.is_writer():
       from tensorboardX import SummaryWriter
       self._tb = SummaryWriter(paths.join(workdir, 'tensorboard'))
+    self._wandb = None
+    if sharding.is_writer() and wandb_project:
+      self._wandb = start_wandb(workdir, wandb_project, wandb_config, resume_step is not None)
 
   def write(self, row: dict) -> None:
     row = to_jsonable(row)
@@ -93,14 +122,18 @@ class MetricsWriter:
     if not sharding.is_writer():
       return
     paths.append_text(self.path, json.dumps(row) + '\n')
-    step = int(row['step'])
-    for key, value in row.items():
-      if key != 'step' and isinstance(value, (int, float)) and not isinstance(value, bool):
-        self._tb.add_scalar(key, value, step)
+    step, values = int(row['step']), scalars(row)
+    for key, value in values.items():
+      self._tb.add_scalar(key, value, step)
+    if self._wandb is not None:
+      self._wandb.log(values, step=step)
 
   def close(self) -> None:
     if sharding.is_writer():
       self._tb.close()
+      if self._wandb is not None:
+        self._wandb.finish()
+        self._wandb = None
 
 
 def append_jsonl(path: str, rows: Iterable[dict]) -> None:

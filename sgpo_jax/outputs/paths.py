@@ -94,6 +94,10 @@ def open_file(path: str, mode: str = 'r'):
   return epath.Path(path).open(mode)
 
 
+def read_text(path: str) -> str:
+  return epath.Path(path).read_text()
+
+
 def write_text(path: str, text: str) -> None:
   epath.Path(path).write_text(text)
 
