@@ -8,7 +8,7 @@ through its own chat template and rewarded by the math verifier on the number it
     python -m sgpo_jax.main --config configs/smollm2_135m_arith.py --workdir runs/smollm2
     python -m sgpo_jax.main --config configs/smollm2_135m_arith.py:rank=0   # full fine-tuning
 
-Task: 'What is 47 + 38?' under a system prompt asking for the bare answer in \\boxed{};
+Task: 'What is 47 + 38? Reply with only the number in \\boxed{}.' in the user turn;
 `data.reward='math'` extracts the last box (else the last number) and compares exactly.
 The token cap (`max_new_tokens`) sits above the longest completion the model writes for
 this phrasing at the start, so answers are not cut off.
@@ -25,8 +25,10 @@ from sgpo_jax.config.args import load_sibling_config, parse_arg
 from sgpo_jax.pretrained import fetch
 
 MODEL = 'smollm2-135m-instruct'
-SYSTEM_PROMPT = 'Solve the arithmetic problem. Put the final answer in \\boxed{}.'
-QUESTION = 'What is {expression}?'
+# The instruction rides in the user turn: the template keeps its own system prompt. Measured
+# with transformers (32 problems, greedy, 48 tokens): this phrasing 25% correct, mean 24
+# tokens, 19% cut; the same ask as a system prompt 16% and 62% cut (the model explains).
+QUESTION = 'What is {expression}? Reply with only the number in \\boxed{}.'
 
 
 def set_smollm2_135m(c: ml_collections.ConfigDict) -> None:
@@ -53,7 +55,6 @@ def set_smollm2_135m(c: ml_collections.ConfigDict) -> None:
   c.tokenizer.kind = 'hf'
   c.tokenizer.path = m.hf_path
   c.tokenizer.chat_template = True
-  c.tokenizer.system_prompt = SYSTEM_PROMPT
   c.warm_start.steps = 0  # the pretrained model is the initial policy
 
 
@@ -75,7 +76,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   c.sampling.max_prompt_len = 64  # template + system prompt + question: 46-48 tokens
   c.sampling.min_prompt_bucket = 64
-  c.sampling.max_new_tokens = 48
+  c.sampling.max_new_tokens = 64
   c.sampling.param_dtype = 'float32'
 
   for name in ('grpo', 'dapo', 'greso', 'knapsack'):

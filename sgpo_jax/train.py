@@ -131,7 +131,8 @@ def setup(config, workdir: str, show_progress: bool = True,
   model_cfg.validate()
   if config.model.hf_path:
     from sgpo_jax.model import hf as hf_lib
-    hf_lib.check_matches_checkpoint(model_cfg, config.model.hf_path)
+    with errors.config_errors():
+      hf_lib.check_matches_checkpoint(model_cfg, config.model.hf_path)
     if lora_lib.enabled(model_cfg):
       with errors.config_errors():
         lora_lib.check_family(hf_lib.read_hf_config(config.model.hf_path).get('model_type', ''))
@@ -148,6 +149,7 @@ def setup(config, workdir: str, show_progress: bool = True,
   with errors.config_errors():  # a missing or malformed data file: one line
     train_queries = load(config.data.split)
     eval_queries = load(config.data.eval_split)
+    inputs_lib.check_token_cap(train_queries + eval_queries, tokenizer, s.max_new_tokens)
   reward_fn = tasks.get_reward_fn(config.data)
   try:  # a user reward's contract, on a probe batch, before anything is written or computed
     tasks.startup_check(reward_fn, train_queries)

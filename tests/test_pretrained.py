@@ -106,8 +106,8 @@ def test_fetched_checkpoint_has_the_published_shape(smollm2):
   path, _ = smollm2
   cfg = hf.model_config_from_hf(path)
   assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ff,
-          cfg.vocab_size, cfg.tie_embeddings, cfg.rope_theta) == (
-              30, 576, 9, 3, 64, 1536, 49152, True, 1e5)
+          cfg.vocab_size, cfg.tie_embeddings, cfg.rope_theta, cfg.rms_eps) == (
+              30, 576, 9, 3, 64, 1536, 49152, True, 1e5, 1e-5)
   with open(os.path.join(path, 'generation_config.json')) as f:
     assert json.load(f) == {'bos_token_id': 1, 'eos_token_id': 2, 'pad_token_id': 2}
   from transformers import AutoTokenizer

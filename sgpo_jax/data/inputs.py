@@ -97,3 +97,17 @@ def prompt_length_report(lengths: Sequence[int], buckets: Sequence[int],
   if over:
     lines.append(f'  > {max_prompt_len:6d} {over:7d} (longer than sampling.max_prompt_len)')
   return counts, '\n'.join(lines)
+
+
+def check_token_cap(queries: Sequence[Any], tokenizer: Any, max_new_tokens: int) -> None:
+  """Raises ValueError when `max_new_tokens` is below the shortest gold completion (the
+  answer's tokens plus the stop token): no sample could ever be right, so every group would
+  come back all-zero and the run would spend its compute learning nothing."""
+  if not queries:
+    return
+  shortest = min(queries, key=lambda q: len(tokenizer.encode(q.answer)))
+  need = len(tokenizer.encode(shortest.answer)) + 1
+  if max_new_tokens < need:
+    raise ValueError(f'sampling.max_new_tokens={max_new_tokens} is below the shortest gold '
+                     f'completion ({need} tokens: answer {shortest.answer!r} + the stop token); '
+                     f'set --config.sampling.max_new_tokens >= {need}.')

@@ -106,7 +106,10 @@ def read_metadata(path: str) -> tuple[Any, dict[str, Any]]:
       'head_dim': int(_field(reader, f'{arch}.rope.dimension_count', d_model // n_heads)),
       'hidden_act': 'silu',
       'max_position_embeddings': int(_field(reader, f'{arch}.context_length')),
-      'rms_norm_eps': float(_field(reader, f'{arch}.attention.layer_norm_rms_epsilon')),
+      # GGUF stores float32: 1e-5 reads back as 9.99999974e-06; its shortest repr is the
+      # value the publisher wrote.
+      'rms_norm_eps': float(str(np.float32(
+          _field(reader, f'{arch}.attention.layer_norm_rms_epsilon')))),
       'rope_theta': float(_field(reader, f'{arch}.rope.freq_base', 10000.0)),
       'tie_word_embeddings': 'output.weight' not in names,
       'attention_bias': False,
