@@ -9,6 +9,7 @@ import sys
 import ml_collections
 import pytest
 
+from sgpo_jax import configs
 from sgpo_jax.config import check as config_check
 from sgpo_jax.config import defaults as default_config
 
@@ -127,7 +128,7 @@ def test_bad_pack_shape_stops_before_compute(field, value, message):
 
 def test_cli_rejects_unknown_override_before_compute(tmp_path):
   out = subprocess.run(
-      [sys.executable, '-m', 'sgpo_jax.main', '--config', 'configs/default.py',
+      [sys.executable, '-m', 'sgpo_jax.main', '--config', 'default',
        '--workdir', str(tmp_path / 'w'), '--config.train.nums_steps=3'],
       cwd=REPO, capture_output=True, text=True, timeout=300)
   assert out.returncode != 0
@@ -182,7 +183,7 @@ def test_unset_clip_bounds_resolve_to_the_chosen_losses_defaults(fields, expecte
 
 def _config_module(name):
   import importlib.util
-  spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, 'configs', f'{name}.py'))
+  spec = importlib.util.spec_from_file_location(name, configs.path(name))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
@@ -288,7 +289,7 @@ def _leaves(tree, prefix=''):
 
 def test_defaults_equal_the_snapshot_of_commit_09e509c():
   """The allocator sections built from the settings dataclasses, and the regimes set by
-  configs/regimes.py, give the configs of 09e509c (when each section was written out in
+  sgpo_jax/configs/regimes.py, give the configs of 09e509c (when each section was written out in
   defaults.py and the regimes lived there) value for value and type for type; the snapshot
   is written by tests/fixtures/make_config_snapshot.py from that commit's file."""
   import json
