@@ -98,7 +98,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.tokenizer.system_prompt = base.SYSTEM_PROMPT
   set_lora(c, args['rank'])
 
-  c.mesh.shape = (1, 1, 1)
+  c.mesh.shape = 'auto'  # one GPU: 1x1x1; more: data-parallel over them
   c.sampling.max_new_tokens = 512  # the Instruct model answers GSM8K in ~150-300 tokens
   c.sampling.param_dtype = 'bfloat16'  # generation weights (f32 masters stay in the learner)
   c.sgpo.group_sizes = (2, 4, 8)

@@ -81,6 +81,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.eval.every_steps = 20
 
   if args['gpu']:
-    c.mesh.shape = (1, 1, 1)
+    c.mesh.shape = 'auto'  # data-parallel over the GPUs there are (one: 1x1x1)
     c.train.micro_batches = 32  # 8 rows per micro-batch
   return c

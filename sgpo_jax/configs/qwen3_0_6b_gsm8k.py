@@ -31,7 +31,7 @@ non-zero with the settings to change when one does not fit.
 
 Variants (`qwen3_0_6b_gsm8k:method=grpo,gpu=1,loss=cispo,thinking=1`):
   method=sgpo_bayes|sgpo|grpo|dapo   allocator (default sgpo_bayes)
-  gpu=1                   single-GPU mesh (1x1x1)
+  gpu=1                   mesh auto (data-parallel over the GPUs; one GPU: 1x1x1)
   loss=ppo|gspo|cispo     ppo: token-level clipped surrogate (0.2 / 0.28 clip-higher);
                           gspo: importance_level=sequence, the GSPO paper's bounds 3e-4 / 4e-4,
                           seq_mean_token_mean (= plain GSPO); cispo: policy_loss=cispo with no
