@@ -208,12 +208,11 @@ def test_parse_arg_is_typed_and_strict():
 
 
 def test_every_config_file_uses_the_strict_parser():
-  single_gpu = (1, 1, 1)
   for name in ('qwen2_5_math_1_5b_gsm8k', 'qwen2_5_math_1_5b_dapo_math', 'qwen3_0_6b_gsm8k',
                'qwen3_1_7b_gsm8k', 'llama3_2_3b_gsm8k'):
     module = _config_module(name)
-    assert tuple(module.get_config('gpu=0').mesh.shape) != single_gpu, name  # '0' is False
-    assert tuple(module.get_config('gpu=1').mesh.shape) == single_gpu, name
+    assert module.get_config('gpu=0').mesh.shape == 'auto:fsdp=8', name  # '0' is False
+    assert module.get_config('gpu=1').mesh.shape == 'auto', name  # one GPU: 1x1x1
     assert module.get_config('method=dapo,gpu=false').method == 'dapo'
     with pytest.raises(ValueError, match='unknown config arg'):
       module.get_config('gpu=1,runlocal=1')
