@@ -101,6 +101,23 @@ def resolve_mesh_shape(shape: Sequence[int] | str, axes: Sequence[str], num_devi
   return shape
 
 
+def run_mesh_context(config) -> Any:
+  """`jax.set_mesh(the run's mesh)` where attention needs it to pick the splash kernel (a
+  multi-chip TPU, `attention.needs_mesh_context`), else a no-op context: elsewhere tracing
+  stays exactly as it was."""
+  import contextlib
+
+  from sgpo_jax.model import attention
+  if not attention.needs_mesh_context(config.model.attention_impl, jax.default_backend(),
+                                      jax.device_count()):
+    return contextlib.nullcontext()
+  try:
+    mesh = make_mesh(config.mesh)
+  except ValueError:  # a mesh larger than this host: the dry run's analytic mode says so
+    return contextlib.nullcontext()
+  return jax.set_mesh(mesh)
+
+
 def make_mesh(mesh_config, devices: Sequence[Any] | None = None) -> Mesh:
   devices = list(devices if devices is not None else jax.devices())
   shape = resolve_mesh_shape(mesh_config.shape, mesh_config.axes, len(devices))
