@@ -4,7 +4,7 @@ against the HBM roofline, train-step MFU, and the dry run's prediction beside th
     bash benchmarks/accelerator_real_shape.sh            # one GPU / TPU chip, <= 8 minutes
     python benchmarks/accelerator_real_shape.py --smoke  # tiny shape, CPU (the test runs it)
 
-The config is `configs/qwen3_0_6b_gsm8k.py:gpu=1` (1x1x1 mesh, its dtypes, remat and
+The config is `qwen3_0_6b_gsm8k:gpu=1` (1x1x1 mesh, its dtypes, remat and
 log-prob chunk) with random weights (`model.hf_path=''`) and the batch sizes below; the
 sampler and learner are the trainer's own (`generate.engines.make_sampler`, `rl.learner.Learner`), so
 the numbers follow the code. Prints a few lines, then one JSON object as the last line.
@@ -41,7 +41,8 @@ import numpy as np  # noqa: E402
 
 from bench_accelerator import best_time  # noqa: E402  (this folder is on sys.path)
 from sgpo_jax.generate import engines  # noqa: E402
-from sgpo_jax.config.args import load_sibling_config  # noqa: E402
+from sgpo_jax import configs  # noqa: E402
+from sgpo_jax.config.args import load_config_module  # noqa: E402
 from sgpo_jax.model import compiled_memory  # noqa: E402
 from sgpo_jax.model import devices  # noqa: E402
 from sgpo_jax.model import flops  # noqa: E402
@@ -75,8 +76,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def make_config(args):
-  c = load_sibling_config(os.path.join(ROOT, 'configs', 'x.py'), 'qwen3_0_6b_gsm8k').get_config(
-      'gpu=1')
+  c = load_config_module(configs.path('qwen3_0_6b_gsm8k')).get_config('gpu=1')
   c.model.hf_path = ''  # random weights
   if args.smoke:
     c.model.update(SMOKE_MODEL)

@@ -1,7 +1,7 @@
 """Foundation throughput: sampler tokens/s and a train-shaped forward+backward tokens/s.
 
-Uses the default tiny policy of configs/default.py on whatever devices are visible (the mesh
-comes from the config). Compile time is measured separately (`lower().compile()` for the
+Uses the default tiny policy of the shipped default config on whatever devices are visible (the
+mesh comes from the config). Compile time is measured separately (`lower().compile()` for the
 train step, first call minus a steady call for the sampler) and excluded from tokens/s.
 
     python benchmarks/bench_foundation.py [--iters 10] [--rows 256] [--batch 128 --seq 20]
@@ -11,24 +11,22 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sgpo_jax import configs
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.generate import sampler as sampling
 from sgpo_jax.model import sharding as sharding_lib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAD, BOS = 0, 1
 
 
 def load_default_config():
-  spec = importlib.util.spec_from_file_location('default_config',
-                                                os.path.join(ROOT, 'configs', 'default.py'))
+  spec = importlib.util.spec_from_file_location('default_config', configs.path('default'))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config()

@@ -1,7 +1,7 @@
 """Runs one job as N cooperating processes on this machine, each with M fake CPU devices.
 
     python -m sgpo_jax.launch --num-processes 2 --devices-per-process 2 -- \
-        --config configs/default.py:runlocal=1 --workdir /tmp/run
+        --config default:runlocal=1 --workdir /tmp/run
 
 This is how multi-host code is exercised without a pod: every process runs
 `python -m sgpo_jax.main <args>` (or `--module`) with JAX_COORDINATOR_ADDRESS (a free port

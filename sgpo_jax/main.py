@@ -3,8 +3,11 @@
 The logic lives in importable modules (train.py sequences the stages) so notebooks and
 sweeps call exactly the same functions as this command:
 
-    python -m sgpo_jax.main --config configs/default.py --workdir /tmp/run \
+    python -m sgpo_jax.main --config default --workdir /tmp/run \
         --config.method=grpo --config.train.num_steps=100
+
+`--config` names a shipped config (`default`, `qwen3_0_6b_gsm8k:gpu=1`: the files of
+`sgpo_jax/configs/`, inside the wheel) or a config file's path (`my/x.py:method=grpo`).
 
 Several processes (one per host, or `python -m sgpo_jax.launch` on one machine) run this same
 command; `jax.distributed` starts when the launcher's environment asks for it.
@@ -28,7 +31,8 @@ from sgpo_jax.config import errors
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
-    'config', None, 'Config file, optionally with an arg string: configs/default.py:method=grpo',
+    'config', None, 'A shipped config name or a config file, optionally with an arg string: '
+    'default:method=grpo, my/x.py:runlocal=1',
     lock_config=True)
 flags.DEFINE_string('workdir', None, 'Output directory; rerunning with the same one resumes. '
                     'Default: runs/<method>_seed<seed>.')
@@ -79,6 +83,12 @@ def _unrepr(text: str) -> str:
 def parse_flags(argv):
   """absl's flag parsing, with a parse error as one line (exit 2)."""
   try:
+    argv = resolve_config_arg(argv)
+  except ValueError as e:  # a name that is neither a shipped config nor a file
+    if _verbose(argv):
+      raise
+    _fail(str(e), errors.USAGE)
+  try:
     return FLAGS(argv)
   except flags.Error as e:
     if _verbose(argv):
@@ -104,8 +114,21 @@ def _config_arg(argv) -> str | None:
   return value
 
 
+def resolve_config_arg(argv: list[str]) -> list[str]:
+  """argv with every --config NAME[:ARGS] (a shipped config) replaced by its file's path."""
+  from sgpo_jax import configs
+  out = list(argv)
+  for i, arg in enumerate(out):
+    if arg.startswith('--config='):
+      out[i] = '--config=' + configs.resolve(arg.split('=', 1)[1])
+    elif arg == '--config' and i + 1 < len(out):
+      out[i + 1] = configs.resolve(out[i + 1])
+  return out
+
+
 def _no_config_file(path: str) -> str:
-  return f'--config {path}: no such file; give a config file such as configs/default.py.'
+  return (f'--config {path}: no such file; give a shipped config name such as default, '
+          'or a config file\'s path.')
 
 
 def load_config():
@@ -167,5 +190,10 @@ def main(argv) -> None:
     _fail(described[1], described[0])
 
 
-if __name__ == '__main__':
+def console_main() -> None:
+  """The `sgpo-jax` console script: the same as `python -m sgpo_jax.main`."""
   app.run(main, flags_parser=parse_flags)
+
+
+if __name__ == '__main__':
+  console_main()

@@ -565,14 +565,17 @@ def run(config, workdir: str, stop_after: str | None = None, show_progress: bool
   """
   if config.dry_run:
     check_config(config)
-    return dry_run_lib.dry_run(config)
+    with sharding_lib.run_mesh_context(config):
+      return dry_run_lib.dry_run(config)
   check_config(config, jax.device_count())  # a bad config fails before the workdir exists
   lock = lock_lib.WorkdirLock(workdir) if sharding_lib.is_writer() else None
   if lock is not None:
     lock.acquire()
   try:
-    return _run_locked(config, workdir, stop_after, show_progress, after_step,
-                       allow_config_change)
+    # A multi-chip TPU traces under the mesh, so attention_impl=auto runs the splash kernel.
+    with sharding_lib.run_mesh_context(config):
+      return _run_locked(config, workdir, stop_after, show_progress, after_step,
+                         allow_config_change)
   except Exception as e:
     full = errors.find_enospc(e)
     if full is None or isinstance(e, errors.UserError):

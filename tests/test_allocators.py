@@ -3,20 +3,17 @@
 import dataclasses
 import importlib.util
 import json
-import pathlib
 from typing import ClassVar
 
 import numpy as np
 import pytest
 
-from sgpo_jax import allocators
+from sgpo_jax import allocators, configs
 from sgpo_jax.allocators.sgpo import allocation as sgpo
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def default_config(arg=None):
-  spec = importlib.util.spec_from_file_location('default_config', REPO / 'configs/default.py')
+  spec = importlib.util.spec_from_file_location('default_config', configs.path('default'))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config(arg)

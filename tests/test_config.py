@@ -9,6 +9,7 @@ import sys
 import ml_collections
 import pytest
 
+from sgpo_jax import configs
 from sgpo_jax.config import check as config_check
 from sgpo_jax.config import defaults as default_config
 
@@ -127,7 +128,7 @@ def test_bad_pack_shape_stops_before_compute(field, value, message):
 
 def test_cli_rejects_unknown_override_before_compute(tmp_path):
   out = subprocess.run(
-      [sys.executable, '-m', 'sgpo_jax.main', '--config', 'configs/default.py',
+      [sys.executable, '-m', 'sgpo_jax.main', '--config', 'default',
        '--workdir', str(tmp_path / 'w'), '--config.train.nums_steps=3'],
       cwd=REPO, capture_output=True, text=True, timeout=300)
   assert out.returncode != 0
@@ -182,7 +183,7 @@ def test_unset_clip_bounds_resolve_to_the_chosen_losses_defaults(fields, expecte
 
 def _config_module(name):
   import importlib.util
-  spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, 'configs', f'{name}.py'))
+  spec = importlib.util.spec_from_file_location(name, configs.path(name))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
@@ -207,12 +208,11 @@ def test_parse_arg_is_typed_and_strict():
 
 
 def test_every_config_file_uses_the_strict_parser():
-  single_gpu = (1, 1, 1)
   for name in ('qwen2_5_math_1_5b_gsm8k', 'qwen2_5_math_1_5b_dapo_math', 'qwen3_0_6b_gsm8k',
                'qwen3_1_7b_gsm8k', 'llama3_2_3b_gsm8k'):
     module = _config_module(name)
-    assert tuple(module.get_config('gpu=0').mesh.shape) != single_gpu, name  # '0' is False
-    assert tuple(module.get_config('gpu=1').mesh.shape) == single_gpu, name
+    assert module.get_config('gpu=0').mesh.shape == 'auto:fsdp=8', name  # '0' is False
+    assert module.get_config('gpu=1').mesh.shape == 'auto', name  # one GPU: 1x1x1
     assert module.get_config('method=dapo,gpu=false').method == 'dapo'
     with pytest.raises(ValueError, match='unknown config arg'):
       module.get_config('gpu=1,runlocal=1')
@@ -288,7 +288,7 @@ def _leaves(tree, prefix=''):
 
 def test_defaults_equal_the_snapshot_of_commit_09e509c():
   """The allocator sections built from the settings dataclasses, and the regimes set by
-  configs/regimes.py, give the configs of 09e509c (when each section was written out in
+  sgpo_jax/configs/regimes.py, give the configs of 09e509c (when each section was written out in
   defaults.py and the regimes lived there) value for value and type for type; the snapshot
   is written by tests/fixtures/make_config_snapshot.py from that commit's file."""
   import json

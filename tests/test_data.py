@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'fixtures'))
 
-from configs.default import get_config  # noqa: E402
+from sgpo_jax.configs.default import get_config  # noqa: E402
 from sgpo_jax.data.loading import LoadReport, Query, load_queries, load_queries_with_report  # noqa: E402
 from sgpo_jax.data.tokenizer import CharTokenizer  # noqa: E402
 from tiny_tfds import TEST_ROWS, TRAIN_ROWS, TinyQueries  # noqa: E402
@@ -245,3 +245,42 @@ def test_hub_dataset_id_offline_is_one_line(monkeypatch, tmp_path):
   assert '\n' not in str(info.value)
   full.data.path = 'missing.jsonl'
   assert "data.path='missing.jsonl' does not exist" in inputs.path_problems(full)[0]
+
+
+def test_jsonl_and_input_checks_read_through_epath(tmp_path, monkeypatch):
+  """A non-local path (gs:// on a pod) goes through `loading.input_path` (etils.epath) for the
+  existence checks, the split files and the rows; `fake://bucket` stands for a bucket here."""
+  from etils import epath
+
+  from sgpo_jax.data import inputs, loading
+  _write_jsonl(tmp_path / 'train.jsonl', TRAIN_ROWS)
+  _write_jsonl(tmp_path / 'test.jsonl', TRAIN_ROWS)
+  seen = []
+
+  def fake_bucket(path):
+    seen.append(str(path))
+    return epath.Path(str(path).replace('fake://bucket', str(tmp_path)))
+
+  monkeypatch.setattr(loading, 'input_path', fake_bucket)
+  config = _data_config('jsonl', 'fake://bucket')
+  assert load_queries(config, 'train') == EXPECTED_TRAIN
+  assert 'fake://bucket' in seen
+  assert load_queries(_data_config('jsonl', 'fake://bucket/train.jsonl',
+                                   eval_path='fake://bucket/test.jsonl'), 'eval') == EXPECTED_TRAIN
+  with pytest.raises(ValueError, match="data path 'fake://bucket/none' does not exist"):
+    load_queries(_data_config('jsonl', 'fake://bucket/none'), 'train')
+
+  run = get_config()
+  run.data.source, run.data.path = 'jsonl', 'fake://bucket'
+  assert inputs.path_problems(run) == []
+  run.data.eval_path = 'fake://bucket/missing.jsonl'
+  assert inputs.path_problems(run) == [
+      "data.eval_path='fake://bucket/missing.jsonl' does not exist; set "
+      '--config.data.eval_path=/local/dir to the jsonl file or directory of the split.']
+  # The HF checkpoint is read by transformers from local disk: a bucket path says so.
+  run.data.eval_path = ''
+  run.model.hf_path = 'fake://bucket/model'
+  assert inputs.path_problems(run) == [
+      "model.hf_path='fake://bucket/model' is not on local disk; copy it to every host first "
+      '(gcloud storage cp -r fake://bucket/model /tmp/) and set --config.model.hf_path=/local/dir '
+      'to that copy.']

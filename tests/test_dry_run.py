@@ -12,6 +12,7 @@ import jax
 import ml_collections
 import pytest
 
+from sgpo_jax import configs
 from sgpo_jax.config import check as config_check
 from sgpo_jax.config import defaults as default_config
 from sgpo_jax.model import dry_run
@@ -27,7 +28,7 @@ QWEN_1_5B_EMBEDDING = 151936 * 1536
 
 
 def load_config(name: str, arg: str = '') -> ml_collections.ConfigDict:
-  spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, 'configs', f'{name}.py'))
+  spec = importlib.util.spec_from_file_location(name, configs.path(name))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config(arg)
@@ -377,7 +378,7 @@ def test_device_table():
 def test_cli_dry_run_exits_non_zero_when_it_does_not_fit():
   env = dict(os.environ, XLA_PYTHON_CLIENT_MEM_FRACTION='0.000001', JAX_PLATFORMS='cpu')
   proc = subprocess.run(
-      [sys.executable, '-m', 'sgpo_jax.main', '--config', 'configs/default.py',
+      [sys.executable, '-m', 'sgpo_jax.main', '--config', 'default',
        '--config.dry_run=True', '--config.dry_run_device=h100-80gb',
        '--config.train.rows_per_batch=16'], cwd=ROOT, env=env, capture_output=True, text=True,
       timeout=600)

@@ -37,7 +37,7 @@ def _main_args(workdir, cache_dir, **extra) -> list[str]:
       **{'warm_start.steps': 80, 'warm_start.cache_dir': str(cache_dir)},
       **{'train.rows_per_batch': 16, 'train.num_steps': 4, 'eval.every_steps': 2,
          'checkpoint.every_steps': 2, 'train.pack_rows': 2}, **extra)
-  return (['--config', 'configs/default.py:runlocal=1', '--workdir', str(workdir)]
+  return (['--config', 'default:runlocal=1', '--workdir', str(workdir)]
           + [f'--config.{k}={v}' for k, v in overrides.items()])
 
 

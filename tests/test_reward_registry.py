@@ -238,7 +238,7 @@ def test_cli_trains_with_a_reward_from_the_working_directory(tmp_path):
   def main(workdir, reward):
     return subprocess.run(
         [sys.executable, '-m', 'sgpo_jax.main', '--config',
-         os.path.join(repo, 'configs/default.py') + ':runlocal=1', '--workdir', str(workdir),
+         'default:runlocal=1', '--workdir', str(workdir),
          f'--config.data.reward={reward}', *TINY_RUN],
         check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 

@@ -26,9 +26,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from sgpo_jax import train
-from sgpo_jax.config import errors
+from sgpo_jax import configs, train
 from sgpo_jax.config import check as config_check
+from sgpo_jax.config import errors
 from sgpo_jax.config import resume as resume_lib
 from sgpo_jax.outputs import checkpoint as checkpoint_lib
 from sgpo_jax.outputs import lock as lock_lib
@@ -353,7 +353,7 @@ def test_racing_runs_on_a_stale_lock_exactly_one_wins(tmp_path):
 # End to end: the command
 
 
-MAIN_ARGS = ('--config', 'configs/default.py:runlocal=1', '--config.train.num_steps=6',
+MAIN_ARGS = ('--config', 'default:runlocal=1', '--config.train.num_steps=6',
              '--config.checkpoint.every_steps=2', '--config.eval.every_steps=3',
              '--config.data.num_train=96', '--config.data.num_eval=32',
              '--config.train.rows_per_batch=16', '--config.method=grpo',
@@ -548,9 +548,12 @@ def test_second_run_on_a_locked_workdir_stops_at_once_naming_the_holder(tmp_path
     (('--config.train.learning_rate=abc',),
      "error: flag --config.train.learning_rate=abc: could not convert string to float: 'abc' "
      '(see --helpshort)'),
-    (('--config', 'configs/no_such_config.py'),
-     'error: --config configs/no_such_config.py: no such file; give a config file such as '
-     'configs/default.py.'),
+    (('--config', 'my_configs/no_such_config.py'),
+     "error: --config my_configs/no_such_config.py: no such file; give a shipped config name "
+     "such as default, or a config file's path."),
+    (('--config', 'no_such_config:runlocal=1'),
+     'error: --config no_such_config: no shipped config of that name and no such file; '
+     f'shipped: {", ".join(configs.names())} (or give a path to a config file)'),
     (('--config.data.source=jsonl', '--config.data.path=/no/such/file.jsonl'), None),
 ])
 def test_command_errors_are_one_line(tmp_path, args, expected):

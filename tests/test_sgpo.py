@@ -1,19 +1,17 @@
 """Tests for sgpo_jax/allocators/sgpo/allocation.py: 1/p_hat buckets, allocation, fixed-shape row packing."""
 
 import importlib.util
-import pathlib
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
+from sgpo_jax import configs
 from sgpo_jax.allocators.sgpo import allocation as sgpo
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def default_config():
-  spec = importlib.util.spec_from_file_location('default_config', REPO / 'configs/default.py')
+  spec = importlib.util.spec_from_file_location('default_config', configs.path('default'))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config()

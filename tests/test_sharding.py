@@ -171,6 +171,46 @@ def test_resolve_mesh_shape_fills_the_rest():
   assert sharding_lib.resolve_mesh_shape((1, 1, 1), axes, 1) == (1, 1, 1)
 
 
+@pytest.mark.parametrize('shape, devices, expected', [
+    ('auto', 8, (8, 1, 1)),
+    ('auto', 1, (1, 1, 1)),
+    ('auto:fsdp=8', 8, (1, 8, 1)),  # the real-model configs on a v5e-8
+    ('auto:fsdp=8', 32, (4, 8, 1)),  # ... and on a 32-chip pod slice
+    ('auto:fsdp=-1', 16, (1, 16, 1)),
+    ('auto: tp=2, fsdp=2', 8, (2, 2, 2)),
+    ('1,8,1', 8, (1, 8, 1)),  # a command-line override of a string shape
+    ('(-1, 2, 1)', 8, (4, 2, 1)),
+])
+def test_auto_mesh_shape_follows_the_device_count(shape, devices, expected):
+  from sgpo_jax.model import sharding as sharding_lib
+  assert sharding_lib.resolve_mesh_shape(shape, ('data', 'fsdp', 'tp'), devices) == expected
+
+
+@pytest.mark.parametrize('shape, message', [
+    ('auto:fsdb=8', r"mesh.shape='auto:fsdb=8': 'fsdb=8' is not AXIS=N with AXIS one of "
+                    r"mesh.axes=\('data', 'fsdp', 'tp'\)"),
+    ('auto:fsdp', r"'fsdp' is not AXIS=N"),
+    ('auto:fsdp=2,fsdp=4', r"'fsdp=4' is not AXIS=N .*\(each once\)"),
+    ('auto:fsdp=x', r"mesh.shape='auto:fsdp=x': fsdp='x' is not an int"),
+    ('automatic', r"mesh.shape='automatic' is neither sizes \(1,8,1\) nor auto"),
+    ('auto:fsdp=3', r'mesh.shape=\(-1, 3, 1\) does not fit 8 devices'),
+])
+def test_auto_mesh_shape_errors(shape, message):
+  from sgpo_jax.model import sharding as sharding_lib
+  with pytest.raises(ValueError, match=message):
+    sharding_lib.resolve_mesh_shape(shape, ('data', 'fsdp', 'tp'), 8)
+
+
+def test_config_check_rejects_a_bad_auto_shape_before_any_device():
+  from sgpo_jax.config import check as config_check
+  from sgpo_jax.config import defaults
+  c = defaults.get_config()
+  with c.ignore_type():
+    c.mesh.shape = 'auto:dp=2'
+  with pytest.raises(ValueError, match=r"mesh.shape='auto:dp=2'"):
+    config_check.check_config(c)
+
+
 def test_make_mesh_on_one_device():
   import jax
 

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from configs.default import get_config
+from sgpo_jax.configs.default import get_config
 from sgpo_jax import tasks
 from sgpo_jax.data.loading import Query, load_queries
 from sgpo_jax.tasks import arithmetic

@@ -128,7 +128,7 @@ def _run_main(workdir, kill_after_step=None, steps=6, method_args=GRPO_ARGS):
   # The killed run goes through tests/sigkill_main.py: the fault hook lives in the tests.
   entry = (['tests.sigkill_main', f'--kill_after_step={kill_after_step}']
            if kill_after_step is not None else ['sgpo_jax.main'])
-  cmd = [sys.executable, '-m', *entry, '--config', 'configs/default.py:runlocal=1',
+  cmd = [sys.executable, '-m', *entry, '--config', 'default:runlocal=1',
          '--workdir', workdir, f'--config.train.num_steps={steps}',
          '--config.checkpoint.every_steps=2', '--config.eval.every_steps=3',
          '--config.data.num_train=96', '--config.data.num_eval=32',

@@ -12,6 +12,7 @@ import flax.linen as nn
 import numpy as np
 import pytest
 
+from sgpo_jax import configs
 from sgpo_jax.config import defaults as default_config
 from sgpo_jax.config.args import load_config_module
 from sgpo_jax.rl import warm_start
@@ -104,8 +105,7 @@ def test_the_readme_run_and_every_regime_have_a_shipped_warm_start():
   # The committed results start from these (first machine: SFT final loss 0.249 for the
   # README run, default and small_pool; 0.037 for paper_like). A config change that moves a
   # cache key would leave its regime training a new warm start: this names it.
-  default_file = load_config_module(os.path.join(
-      os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs', 'default.py'))
+  default_file = load_config_module(configs.path('default'))
   expected = {'': 0.249, 'regime=default': 0.249, 'regime=small_pool': 0.249,
               'regime=paper_like': 0.037}
   for arg, loss in expected.items():

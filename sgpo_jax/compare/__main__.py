@@ -36,7 +36,7 @@ DEFAULT_RUNS_DIR = os.path.join('runs', 'compare')
 
 def _add_protocol_args(parser: argparse.ArgumentParser) -> None:
   parser.add_argument('--regimes', default=','.join(arms.DEFAULT_REGIMES),
-                      help='comma-separated regimes of configs/default.py (default %(default)s)')
+                      help='comma-separated regimes of the default config (default %(default)s)')
   parser.add_argument('--arms', default=','.join(arms.ARMS), help=f'from {list(arms.ARMS)}')
   parser.add_argument('--arm', action='append', default=[],
                       help="extra arm 'name=method,field=value,...' (repeatable)")

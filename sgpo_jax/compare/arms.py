@@ -3,6 +3,7 @@ the resumable sweep walks: what `python -m sgpo_jax.compare run` runs."""
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -137,5 +138,14 @@ def run_entries(regimes: list[str], arms: dict[str, tuple[str, dict]], seeds: li
   return out
 
 
-def config_arg(regime: str) -> str:
-  return 'configs/default.py' if regime == SMOKE_REGIME else f'configs/default.py:regime={regime}'
+def config_arg(regime: str, code_dir: str | None = None) -> str:
+  """The --config of a regime's runs: the shipped default config, by path relative to
+  `code_dir` (a checkout from before the configs moved into the package has them in
+  configs/), or by name when no code_dir is given."""
+  if code_dir is None:
+    config = 'default'
+  elif os.path.isfile(os.path.join(code_dir, 'sgpo_jax', 'configs', 'default.py')):
+    config = 'sgpo_jax/configs/default.py'
+  else:
+    config = 'configs/default.py'
+  return config if regime == SMOKE_REGIME else f'{config}:regime={regime}'

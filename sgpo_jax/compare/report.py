@@ -70,7 +70,7 @@ def render(results: dict[str, Any]) -> str:
   if results.get('note'):
     lines += [results['note'], '']
   lines += [
-           'Protocol. Each regime is a named config block (`configs/default.py:regime=NAME`); '
+           'Protocol. Each regime is a named config block (`default:regime=NAME`); '
            'every run of a regime starts from the same warm-start policy and is scored on the '
            'same held-out problems (greedy); the FLOPs budget (profiling included) ends every '
            'run. Each run\'s eval curve (accuracy vs cumulative FLOPs; evals at fixed '

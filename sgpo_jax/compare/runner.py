@@ -32,7 +32,7 @@ def run_one(entry: dict[str, Any], runs_dir: str, code_dir: str, log) -> bool | 
       return None
     if os.path.exists(os.path.join(workdir, 'summary.json')):  # finished while we waited
       return True
-    cmd = sweep.command_for(entry['overrides'], workdir, config_arg(entry['regime']))
+    cmd = sweep.command_for(entry['overrides'], workdir, config_arg(entry['regime'], code_dir))
     log(f"[compare] {entry['regime']}/{entry['name']}: " + ' '.join(cmd[1:]))
     start = time.time()
     with open(os.path.join(workdir, 'stdout.log'), 'a') as fh:

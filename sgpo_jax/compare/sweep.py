@@ -1,7 +1,7 @@
 """Generic sweep: one `sgpo_jax.main` process per override set, results in one table.
 
     python -m sgpo_jax.compare sweep SWEEP.json --out runs/my_sweep
-    python -m sgpo_jax.compare sweep SWEEP.py --out runs/my_sweep [--config configs/default.py]
+    python -m sgpo_jax.compare sweep SWEEP.py --out runs/my_sweep [--config default]
 
 A sweep file is a JSON list of dicts, or a Python file defining `SWEEP` (a list of dicts)
 or `get_sweep()` returning one. Each dict maps dotted config fields to values
@@ -23,9 +23,9 @@ import sys
 import time
 from typing import Any
 
-# The checkout the runs execute in (configs/ is relative to it): the folder above the package.
+# The folder above the package: the runs execute there and import the package from it.
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_CONFIG = 'configs/default.py'
+DEFAULT_CONFIG = 'default'  # a shipped config name (sgpo_jax/configs/)
 COLUMNS = ('name', 'method', 'seed', 'steps', 'eval_accuracy_initial', 'eval_accuracy_final',
            'flops_total', 'flops_profile', 'padding_fraction', 'wall_seconds', 'stop_reason',
            'overrides')

@@ -1,4 +1,4 @@
-"""Strict parsing of config arg strings (`configs/x.py:method=grpo,runlocal=1`).
+"""Strict parsing of config arg strings (`default:method=grpo,runlocal=1`).
 
 One parser for every config file (big_vision `parse_arg` style): each config declares its
 keys with typed defaults; a value is converted to the default's type; for bools '', '0',
@@ -62,7 +62,7 @@ def parse_arg(arg: str | None, **spec: Any) -> dict[str, Any]:
 
 def load_config_module(path: str) -> Any:
   """The config file at `path` as a module (config files are loaded by path, as
-  ml_collections' config_flags does, not imported as a package): e.g. `configs/regimes.py`
+  ml_collections' config_flags does, not imported as a package): e.g. `sgpo_jax/configs/regimes.py`
   for its REGIMES and get_config."""
   import importlib.util
   import os

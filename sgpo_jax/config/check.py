@@ -48,6 +48,10 @@ def _type_ok(value: Any, default: Any) -> bool:
   return isinstance(value, type(default))
 
 
+# Tuple fields that may also be a string: mesh.shape='auto:fsdp=8' (sharding.mesh_shape_spec).
+_TUPLE_OR_STRING = ('mesh.shape',)
+
+
 def check_schema(config: ml_collections.ConfigDict, schema: ml_collections.ConfigDict,
                  prefix: str = '') -> None:
   for key, value in config.items():
@@ -61,7 +65,8 @@ def check_schema(config: ml_collections.ConfigDict, schema: ml_collections.Confi
       if not isinstance(value, ml_collections.ConfigDict):
         raise ValueError(f'config.{name} must be a section (ConfigDict), got {value!r}.')
       check_schema(value, default, name + '.')
-    elif not _type_ok(value, default):
+    elif not (_type_ok(value, default)
+              or (name in _TUPLE_OR_STRING and isinstance(value, str))):
       raise ValueError(f'config.{name}={value!r} has type {type(value).__name__}; expected '
                        f'{type(default).__name__} like the default {default!r}.')
 
@@ -264,6 +269,9 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
   if t.micro_batches < 1 or t.rows_per_batch % t.micro_batches:
     raise ValueError(f'train.micro_batches={t.micro_batches} must divide train.rows_per_batch='
                      f'{t.rows_per_batch}.')
+  if isinstance(config.mesh.shape, str):  # `auto[:AXIS=N]`: its syntax, before any device
+    from sgpo_jax.model import sharding
+    sharding.mesh_shape_spec(config.mesh.shape, config.mesh.axes)
   if num_devices is not None:
     from sgpo_jax.model import sharding  # jax-heavy: only when a device count is checked
     shape = sharding.resolve_mesh_shape(config.mesh.shape, config.mesh.axes, num_devices)

@@ -4,17 +4,17 @@ Embedded default: a ~0.8M-parameter policy on the package's own arithmetic task.
 
 Runs end to end on a 2-core CPU in about ten minutes, no downloads:
 
-    python -m sgpo_jax.main --config configs/default.py --workdir /tmp/sgpo_default
+    python -m sgpo_jax.main --config default --workdir /tmp/sgpo_default
 
 Variants (arg string, parsed strictly by `config.args.parse_arg`; an unknown key is an
-error): `configs/default.py:method=grpo,runlocal=1`
+error): `default:method=grpo,runlocal=1`
   method=sgpo_bayes|sgpo|grpo|dapo|greso|knapsack   which allocator drives the RL loop
                           (default sgpo_bayes, G in {2, 4}: the recommended path)
   runlocal=1              shrink everything for a smoke run (tests, notebooks)
 Any field can be overridden: `--config.train.num_steps=50 --config.seed=1`.
 
 The comparison regimes (pool, initial policy, FLOPs budget, eval size and cadence of one
-comparison run) are set on top of this config by `configs/regimes.py`.
+comparison run) are set on top of this config by `sgpo_jax/configs/regimes.py`.
 """
 
 import ml_collections
@@ -27,7 +27,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   args = parse_arg(arg, method='sgpo_bayes', runlocal=False)
   c = ml_collections.ConfigDict()
   c.method = args['method']  # sgpo_bayes|sgpo|grpo|dapo|greso|knapsack: RL allocator
-  c.regime = ''  # '' = the README run; else the comparison regime (configs/regimes.py)
+  c.regime = ''  # '' = the README run; else the comparison regime (sgpo_jax/configs/regimes.py)
   c.seed = 0
   c.dry_run = False  # build abstractly, print memory/FLOPs table, exit
   # The dry run judges memory against this device ('' = the one it runs on): h100-80gb |

@@ -14,7 +14,6 @@ prompt buckets, logged once the data and tokenizer parsed.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 import numpy as np
@@ -32,11 +31,16 @@ def _problem(field: str, path: str, need: str, kind: str) -> str | None:
   flag = f'--config.{field}=/local/dir'
   if is_placeholder(path):
     return f'{field}={path!r} is the shipped placeholder; set {flag} to {need}.'
-  if not os.path.exists(path):
+  from sgpo_jax.data import loading  # input_path: local or gs:// (etils.epath)
+  if loading.is_remote(path) and kind != 'any':  # transformers reads local directories
+    return (f'{field}={path!r} is not on local disk; copy it to every host first (gcloud '
+            f'storage cp -r {path} /tmp/) and set {flag} to that copy.')
+  target = loading.input_path(path)
+  if not target.exists():
     return f'{field}={path!r} does not exist; set {flag} to {need}.'
-  if kind == 'dir' and not os.path.isdir(path):
+  if kind == 'dir' and not target.is_dir():
     return f'{field}={path!r} is not a directory; set {flag} to {need}.'
-  if kind == 'hf_checkpoint' and not os.path.isfile(os.path.join(path, 'config.json')):
+  if kind == 'hf_checkpoint' and not (target / 'config.json').is_file():
     return f'{field}={path!r} has no config.json; set {flag} to {need}.'
   return None
 

@@ -49,6 +49,17 @@ from typing import Any
 
 from sgpo_jax.data.query import Query
 
+
+def input_path(path: str) -> Any:
+  """`path` as an `etils.epath.Path`: local, or `gs://...` (with the [gcs] extra) so every
+  host of a pod reads the same bucket files. Data files are read through it."""
+  from etils import epath
+  return epath.Path(path)
+
+
+def is_remote(path: str) -> bool:
+  return '://' in str(path)
+
 SOURCES = ('arithmetic', 'jsonl', 'parquet', 'tfds', 'hf')
 _MAX_EXAMPLES = 5
 
@@ -104,10 +115,10 @@ def _location(data_config: Any, role: str) -> tuple[str, str]:
                      'or directory')
   if data_config.source == 'hf' and is_hub_id(path):
     return path, split_name
-  if not os.path.exists(path):
+  if not input_path(path).exists():
     raise ValueError(f'data path {path!r} does not exist; set data.path / data.eval_path to '
-                     'a local file or directory')
-  if role == 'eval' and not data_config.eval_path and os.path.isfile(path):
+                     'a local file or directory, or a gs:// one')
+  if role == 'eval' and not data_config.eval_path and input_path(path).is_file():
     raise ValueError(f'data.path={path!r} is a single file, so eval needs its own file: set '
                      'data.eval_path, or point data.path at a directory with per-split files')
   return path, split_name
@@ -117,10 +128,17 @@ def _location(data_config: Any, role: str) -> tuple[str, str]:
 
 
 def _split_files(path: str, split_name: str, ext: str) -> list[str]:
-  if os.path.isfile(path):
+  if not is_remote(path):
+    if os.path.isfile(path):
+      return [path]
+    files = sorted(glob.glob(os.path.join(path, f'{split_name}.{ext}')) +
+                   glob.glob(os.path.join(path, f'{split_name}-*.{ext}')))
+  elif input_path(path).is_file():
     return [path]
-  files = sorted(glob.glob(os.path.join(path, f'{split_name}.{ext}')) +
-                 glob.glob(os.path.join(path, f'{split_name}-*.{ext}')))
+  else:  # gs://...: the same names, listed through epath
+    root = input_path(path)
+    files = sorted(str(f) for pattern in (f'{split_name}.{ext}', f'{split_name}-*.{ext}')
+                   for f in root.glob(pattern))
   if not files:
     raise ValueError(f'no {split_name}.{ext} or {split_name}-*.{ext} under directory {path!r}; '
                      f'name the files after the split or point data.path at one file')
@@ -129,7 +147,7 @@ def _split_files(path: str, split_name: str, ext: str) -> list[str]:
 
 def _read_jsonl(path: str, split_name: str) -> Iterator[tuple[str, int, Any]]:
   for file in _split_files(path, split_name, 'jsonl'):
-    with open(file, encoding='utf-8') as f:
+    with input_path(file).open('r', encoding='utf-8') as f:
       for line_no, line in enumerate(f, start=1):
         if not line.strip():
           continue

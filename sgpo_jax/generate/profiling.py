@@ -8,7 +8,7 @@ pass resumes where it stopped and never re-samples a finished query (rows with a
 Row ids for the sampler's per-row RNG are `query_index * k + j`, so a query's samples do
 not depend on chunking or on which queries were already done.
 
-Standalone: `python -m sgpo_jax.main --stage profile --config configs/default.py --workdir
+Standalone: `python -m sgpo_jax.main --stage profile --config default --workdir
 DIR` builds the initial policy, profiles the pool, and writes profile.jsonl and
 plots/p_hat_histogram.png.
 """

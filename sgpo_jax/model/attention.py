@@ -30,7 +30,8 @@ Implementations (`ATTENTION_IMPLS`, `ModelConfig.attention_impl`):
 - 'auto': 'splash' on TPU, 'dot_product' (cuDNN) on GPU with decode steps (T = 1) on the
   direct path, 'chunked' on CPU (`resolve_impl`). On a multi-chip TPU without a mesh
   context it takes 'chunked': XLA cannot partition a Pallas call, it would gather every
-  row onto every chip.
+  row onto every chip. `train.run` therefore traces under the run's mesh (`jax.set_mesh`)
+  where `needs_mesh_context` says so, and 'auto' takes 'splash' there.
 Masked scores are NEG_INF rather than -inf, so a row with no visible key (padding queries)
 yields the mean of the values instead of NaN in every implementation but 'splash', where a
 padding query attends to the padding keys at or before its slot (the kernel needs a visible
@@ -62,6 +63,12 @@ def resolve_impl(impl: str, backend: str | None = None) -> str:
     unpartitioned = jax.device_count() > 1 and jax.sharding.get_abstract_mesh().empty
     return 'chunked' if unpartitioned else 'splash'
   return 'dot_product' if backend == 'gpu' else 'chunked'
+
+
+def needs_mesh_context(impl: str, backend: str, num_devices: int) -> bool:
+  """Whether a run must trace under its mesh (`jax.set_mesh`) for `impl` to mean the splash
+  kernel: 'auto' or 'splash' on a TPU of more than one chip (shard_map needs the mesh)."""
+  return impl in ('auto', 'splash') and backend == 'tpu' and num_devices > 1
 
 
 def causal_slots_BxT(b: int, t: int):

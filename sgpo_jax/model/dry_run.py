@@ -64,7 +64,8 @@ _BYTES = {'float32': 4, 'bfloat16': 2, 'float16': 2}
 
 def _mesh_for(mesh_config: Any, num_devices: int | None) -> tuple[Any, str]:
   """The real mesh when the configured shape fits the local devices, else an abstract one."""
-  shape, axes = tuple(int(s) for s in mesh_config.shape), tuple(mesh_config.axes)
+  axes = tuple(mesh_config.axes)
+  shape = sharding_lib.mesh_shape_spec(mesh_config.shape, axes)
   if num_devices is None:
     try:
       return sharding_lib.make_mesh(mesh_config), 'placed'

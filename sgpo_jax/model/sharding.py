@@ -41,10 +41,45 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
 )
 
 
-def resolve_mesh_shape(shape: Sequence[int], axes: Sequence[str], num_devices: int
+def mesh_shape_spec(shape: Sequence[int] | str, axes: Sequence[str]) -> tuple[int, ...]:
+  """`mesh.shape` as one size per axis, -1 for "the rest of the devices".
+
+  A tuple passes through. A string is `auto` (every device on 'data': (-1, 1, 1)),
+  `auto:fsdp=8` or `auto:fsdp=-1,tp=2` (the named axes fixed, the rest 1, and 'data' the rest
+  of the devices unless a named axis is -1), or sizes `1,8,1` / `(1,8,1)` (a command-line
+  override of a config whose shape is a string).
+  """
+  if not isinstance(shape, str):
+    return tuple(int(s) for s in shape)
+  text = shape.strip()
+  head, sep, rest = text.partition(':')
+  if head.strip() != 'auto':
+    try:
+      return tuple(int(s) for s in text.strip('()[] ').split(',') if s.strip())
+    except ValueError:
+      raise ValueError(f'mesh.shape={shape!r} is neither sizes (1,8,1) nor auto[:AXIS=N,...]; '
+                       f'e.g. auto or auto:fsdp=8 over mesh.axes={tuple(axes)}.') from None
+  sizes = {}
+  for item in rest.split(',') if sep else ():
+    name, eq, value = (part.strip() for part in item.partition('='))
+    if name not in axes or not eq or name in sizes:
+      raise ValueError(f'mesh.shape={shape!r}: {item.strip()!r} is not AXIS=N with AXIS one '
+                       f'of mesh.axes={tuple(axes)} (each once); e.g. auto:fsdp=8.')
+    try:
+      sizes[name] = int(value)
+    except ValueError:
+      raise ValueError(f'mesh.shape={shape!r}: {name}={value!r} is not an int; give a size '
+                       'or -1 (the rest of the devices).') from None
+  if 'data' in axes and 'data' not in sizes and -1 not in sizes.values():
+    sizes['data'] = -1
+  return tuple(sizes.get(axis, 1) for axis in axes)
+
+
+def resolve_mesh_shape(shape: Sequence[int] | str, axes: Sequence[str], num_devices: int
                        ) -> tuple[int, ...]:
-  """Replaces one -1 by the rest of the devices; raises naming `mesh.shape` if it can't fit."""
-  shape = tuple(int(s) for s in shape)
+  """Replaces one -1 by the rest of the devices; raises naming `mesh.shape` if it can't fit.
+  `shape` may be a string (`auto`, `auto:fsdp=8`: `mesh_shape_spec`)."""
+  shape = mesh_shape_spec(shape, axes)
   if len(shape) != len(axes):
     raise ValueError(f'mesh.shape={shape} has {len(shape)} entries but mesh.axes={tuple(axes)} '
                      f'has {len(axes)}: give one size per axis.')
@@ -64,6 +99,23 @@ def resolve_mesh_shape(shape: Sequence[int], axes: Sequence[str], num_devices: i
                      f'{num_devices} are visible; set mesh.shape so the product is '
                      f'{num_devices} (or use -1 for one axis).')
   return shape
+
+
+def run_mesh_context(config) -> Any:
+  """`jax.set_mesh(the run's mesh)` where attention needs it to pick the splash kernel (a
+  multi-chip TPU, `attention.needs_mesh_context`), else a no-op context: elsewhere tracing
+  stays exactly as it was."""
+  import contextlib
+
+  from sgpo_jax.model import attention
+  if not attention.needs_mesh_context(config.model.attention_impl, jax.default_backend(),
+                                      jax.device_count()):
+    return contextlib.nullcontext()
+  try:
+    mesh = make_mesh(config.mesh)
+  except ValueError:  # a mesh larger than this host: the dry run's analytic mode says so
+    return contextlib.nullcontext()
+  return jax.set_mesh(mesh)
 
 
 def make_mesh(mesh_config, devices: Sequence[Any] | None = None) -> Mesh:

@@ -3,7 +3,7 @@
     python -m sgpo_jax.rl.ship_warm_start --config-arg '' --config-arg regime=paper_like \
         --cache-dir /work/cruns/warm_start
 
-Each --config-arg is what follows `configs/default.py:` ('' = the README run). The warm start
+Each --config-arg is what follows `--config default:` ('' = the README run). The warm start
 is restored from --cache-dir when it is there, else trained (never loaded from a shipped
 copy), then exported with its build info (SFT final loss, the machine it was built on). Run it
 on the reference machine only: a warm start trained on another CPU type is another policy.

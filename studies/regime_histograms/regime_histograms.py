@@ -4,7 +4,7 @@
     python -m studies.regime_histograms.regime_histograms --regimes paper_like --cache-dir /work/ws_cache
     python -m studies.regime_histograms.regime_histograms --sft-probe paper_like --probe-every 100
 
-For every regime in `configs/regimes.py`'s REGIMES this builds (or reuses, from the
+For every regime in `sgpo_jax/configs/regimes.py`'s REGIMES this builds (or reuses, from the
 shared warm-start cache) the regime's initial policy, profiles the regime's RL pool
 (`data.rl_pool_size` prefix) with `profile.num_samples` samples per query at
 `profile.temperature` (exactly the sGPO profiling pass of a run), and measures held-out
@@ -38,7 +38,7 @@ from sgpo_jax.outputs import metrics as metrics_lib  # noqa: E402
 from sgpo_jax.generate import profiling as profile_lib  # noqa: E402
 
 RESULTS = os.path.dirname(os.path.abspath(__file__))
-regime_configs = load_config_module(os.path.join(REPO, 'configs', 'regimes.py'))
+regime_configs = load_config_module(os.path.join(REPO, 'sgpo_jax', 'configs', 'regimes.py'))
 
 
 def pool_profile(n_correct_Q: np.ndarray, n_samples_Q: np.ndarray, difficulty_Q: np.ndarray,

@@ -85,7 +85,7 @@ def entries(sizes, methods, seeds, regime='standard'):
 
 def command(name: str, overrides: dict, runs: str = RUNS, cache: str = CACHE) -> list[str]:
   cmd = ['nice', '-n', '15', sys.executable, '-m', 'sgpo_jax.main', '--config',
-         'configs/default.py', '--workdir', os.path.join(runs, name),
+         'sgpo_jax/configs/default.py', '--workdir', os.path.join(runs, name),
          f'--config.warm_start.cache_dir={cache}']
   return cmd + [f'--config.{key}={value}' for key, value in overrides.items()]
 

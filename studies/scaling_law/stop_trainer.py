@@ -145,7 +145,7 @@ def _table_code() -> list[str]:
   a cache written by other code is not reused."""
   files = [REPO / 'sgpo_jax' / 'scaling_law' / name
            for name in ('early_stop.py', 'calibration.py', 'conformal.py', 'runs.py')]
-  files.append(REPO / 'configs' / 'regimes.py')  # the regimes' planned lengths
+  files.append(REPO / 'sgpo_jax' / 'configs' / 'regimes.py')  # the regimes' planned lengths
   functions = [trainer_table, seed_pools, design_tables, transfer.calibration_set,
                transfer.bound_stopper, transfer.trainer_rows, transfer._features,
                transfer._planned_length]

@@ -45,7 +45,7 @@ from sgpo_jax.scaling_law.early_stop import BoundStopper
 from sgpo_jax.scaling_law.runs import RunRecord
 
 REPO = Path(__file__).resolve().parents[2]
-regimes = load_config_module(str(REPO / 'configs' / 'regimes.py'))
+regimes = load_config_module(str(REPO / 'sgpo_jax' / 'configs' / 'regimes.py'))
 DEFAULT_OUT = Path(__file__).resolve().parent / 'results' / 'scaling_law_stop_transfer'
 FRACTIONS = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8)
 CONFIDENCES = (0.8, 0.9, 0.95)

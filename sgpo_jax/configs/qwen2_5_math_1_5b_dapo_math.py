@@ -1,6 +1,6 @@
 """Qwen2.5-Math-1.5B on competition math (MATH / DAPO-Math style), long completions.
 
-The GSM8K config (`configs/qwen2_5_math_1_5b_gsm8k.py`: model, tokenizer, mesh, optimiser)
+The GSM8K config (`sgpo_jax/configs/qwen2_5_math_1_5b_gsm8k.py`: model, tokenizer, mesh, optimiser)
 with DAPO-style RL settings: clip-higher (0.2 / 0.28), token-mean loss, no KL, larger groups,
 3072 new tokens, and `method=dapo` available as the dynamic-sampling baseline.
 
@@ -14,8 +14,8 @@ Inputs (local):
   data.eval_path  MATH-500 (HuggingFaceH4/MATH-500 test, same fields).
 
 Launch:
-  python -m sgpo_jax.main --config configs/qwen2_5_math_1_5b_dapo_math.py --config.dry_run=True
-  python -m sgpo_jax.main --config configs/qwen2_5_math_1_5b_dapo_math.py:method=dapo \
+  python -m sgpo_jax.main --config qwen2_5_math_1_5b_dapo_math --config.dry_run=True
+  python -m sgpo_jax.main --config qwen2_5_math_1_5b_dapo_math:method=dapo \
       --config.model.hf_path=/data/Qwen2.5-Math-1.5B \
       --config.tokenizer.path=/data/Qwen2.5-Math-1.5B \
       --config.data.path=/data/math/train --config.data.eval_path=/data/math500/test.jsonl \
@@ -81,6 +81,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.eval.every_steps = 20
 
   if args['gpu']:
-    c.mesh.shape = (1, 1, 1)
+    c.mesh.shape = 'auto'  # data-parallel over the GPUs there are (one: 1x1x1)
     c.train.micro_batches = 32  # 8 rows per micro-batch
   return c

@@ -1,6 +1,6 @@
 """Qwen2.5-0.5B-Instruct on GSM8K with LoRA adapters: sGPO on one 16-24 GB GPU (Colab T4 / L4).
 
-The Qwen2.5-Math-1.5B GSM8K config (`configs/qwen2_5_math_1_5b_gsm8k.py`: data, reward,
+The Qwen2.5-Math-1.5B GSM8K config (`sgpo_jax/configs/qwen2_5_math_1_5b_gsm8k.py`: data, reward,
 sampling lengths, clip bounds) with the model swapped for Qwen2.5-0.5B-Instruct, a one-GPU
 mesh and batch sizes a T4's memory holds, and LoRA adapters of rank 16 on all seven
 projections (q, k, v, o, gate, up, down): the optimizer holds state for the adapters only and
@@ -20,9 +20,9 @@ Inputs (local, nothing is downloaded at run time):
                     config); a shorter test.jsonl makes each held-out eval cheaper.
 
 Launch:
-  python -m sgpo_jax.main --config configs/qwen2_5_0_5b_gsm8k_lora.py \
+  python -m sgpo_jax.main --config qwen2_5_0_5b_gsm8k_lora \
       --config.dry_run=True --config.dry_run_device=t4
-  python -m sgpo_jax.main --config configs/qwen2_5_0_5b_gsm8k_lora.py \
+  python -m sgpo_jax.main --config qwen2_5_0_5b_gsm8k_lora \
       --config.model.hf_path=/content/Qwen2.5-0.5B-Instruct \
       --config.tokenizer.path=/content/Qwen2.5-0.5B-Instruct \
       --config.data.path=/content/gsm8k --workdir /content/runs/q05_lora
@@ -35,7 +35,7 @@ only with one row per packed train buffer.
 Learning rate: LoRA wants about ten times the full fine-tuning rate (1e-6 in the 1.5B
 config), so 1e-5.
 
-Variants (`configs/qwen2_5_0_5b_gsm8k_lora.py:method=sgpo,rank=0`):
+Variants (`qwen2_5_0_5b_gsm8k_lora:method=sgpo,rank=0`):
   method=sgpo_bayes|sgpo|grpo|dapo   allocator (default sgpo_bayes: no profile pass over
                           the 7,473 training questions, which a Colab session cannot afford)
   rank=R                  LoRA rank (default 16); 0 = full fine-tuning of every weight
@@ -98,7 +98,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.tokenizer.system_prompt = base.SYSTEM_PROMPT
   set_lora(c, args['rank'])
 
-  c.mesh.shape = (1, 1, 1)
+  c.mesh.shape = 'auto'  # one GPU: 1x1x1; more: data-parallel over them
   c.sampling.max_new_tokens = 512  # the Instruct model answers GSM8K in ~150-300 tokens
   c.sampling.param_dtype = 'bfloat16'  # generation weights (f32 masters stay in the learner)
   c.sgpo.group_sizes = (2, 4, 8)

@@ -1,15 +1,15 @@
 """The sGPO paper's own settings on the embedded default task: one config away from the default.
 
-    python -m sgpo_jax.main --config configs/sgpo_paper.py --workdir /tmp/sgpo_paper
+    python -m sgpo_jax.main --config sgpo_paper --workdir /tmp/sgpo_paper
 
 Profile every training query once with k=8 samples under the initial policy; G in {2, 4, 8}
 from each query's success rate; drop trivial queries (p_hat > 0.75), sub-sample unsolved
 ones; phases in increasing G (easy -> hard curriculum). Everything else (model, task, warm
 start, packed train step, sampler, budget) is the default config's, so the two runs differ
-only in the allocator. The default (`configs/default.py`) runs `sgpo_bayes` with G in {2, 4},
+only in the allocator. The default (`default.py`) runs `sgpo_bayes` with G in {2, 4},
 the allocator the comparison recommends (README, "Allocators").
 
-Args as `configs/default.py`: `runlocal=1` shrinks everything for a smoke run.
+Args as `sgpo_jax/configs/default.py`: `runlocal=1` shrinks everything for a smoke run.
 """
 
 import ml_collections

@@ -1,6 +1,6 @@
 """Llama-3.2-3B on GSM8K (the scaling-law paper's size): sGPO / GRPO / DAPO from the base model.
 
-The Qwen2.5-Math-1.5B GSM8K config (`configs/qwen2_5_math_1_5b_gsm8k.py`: data, mesh,
+The Qwen2.5-Math-1.5B GSM8K config (`sgpo_jax/configs/qwen2_5_math_1_5b_gsm8k.py`: data, mesh,
 sampling, optimiser) with the model and tokenizer blocks swapped for Llama 3.2 3B.
 
 Model: dims from the published config.json of meta-llama/Llama-3.2-3B (the -Instruct
@@ -16,21 +16,21 @@ Inputs (local): model.hf_path, tokenizer.path: a checkpoint dir of meta-llama/Ll
 (or -Instruct with `instruct=1`); data.path: GSM8K jsonl as in the Qwen2.5 config.
 
 Launch:
-  python -m sgpo_jax.main --config configs/llama3_2_3b_gsm8k.py --config.dry_run=True
+  python -m sgpo_jax.main --config llama3_2_3b_gsm8k --config.dry_run=True
   # TPU v5e-8 (fsdp=8)
-  python -m sgpo_jax.main --config configs/llama3_2_3b_gsm8k.py \
+  python -m sgpo_jax.main --config llama3_2_3b_gsm8k \
       --config.model.hf_path=/data/Llama-3.2-3B --config.tokenizer.path=/data/Llama-3.2-3B \
       --config.data.path=/data/gsm8k --workdir gs://bucket/runs/llama32_3b_gsm8k_sgpo
   # one 80-141 GB GPU: 128 rows per batch
-  python -m sgpo_jax.main --config configs/llama3_2_3b_gsm8k.py:gpu=1,method=grpo ...
+  python -m sgpo_jax.main --config llama3_2_3b_gsm8k:gpu=1,method=grpo ...
 
 Memory: `--config.dry_run=True` compiles this config's sampler, train step and log-prob
 pass at its real shapes (no weights) and prints each one's peak bytes per device against
 the device (`--config.dry_run_device=h100-80gb|h200|v5e|v4` from another machine); it exits
 non-zero with the settings to change when one does not fit.
 
-Variants (`configs/llama3_2_3b_gsm8k.py:method=grpo,gpu=1,instruct=1,loss=gspo`):
-  method=sgpo_bayes|sgpo|grpo|dapo, gpu=1, loss=ppo|gspo|cispo   as in `configs/qwen3_0_6b_gsm8k.py`
+Variants (`llama3_2_3b_gsm8k:method=grpo,gpu=1,instruct=1,loss=gspo`):
+  method=sgpo_bayes|sgpo|grpo|dapo, gpu=1, loss=ppo|gspo|cispo   as in `qwen3_0_6b_gsm8k.py`
   instruct=1   Llama-3.2-3B-Instruct: apply its chat template (the base model has none, so
                the default sends the bare question)
 """

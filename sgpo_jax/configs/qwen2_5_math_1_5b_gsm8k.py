@@ -13,14 +13,14 @@ Inputs (local, nothing is downloaded at run time):
 
 Launch:
   # check memory / FLOPs first (no weights needed; prints the table and exits)
-  python -m sgpo_jax.main --config configs/qwen2_5_math_1_5b_gsm8k.py --config.dry_run=True
+  python -m sgpo_jax.main --config qwen2_5_math_1_5b_gsm8k --config.dry_run=True
   # TPU v5e-8 (one host, 8 chips of 16 GB): fsdp=8
-  python -m sgpo_jax.main --config configs/qwen2_5_math_1_5b_gsm8k.py \
+  python -m sgpo_jax.main --config qwen2_5_math_1_5b_gsm8k \
       --config.model.hf_path=/data/Qwen2.5-Math-1.5B \
       --config.tokenizer.path=/data/Qwen2.5-Math-1.5B \
       --config.data.path=/data/gsm8k --workdir gs://bucket/runs/q15_gsm8k_sgpo
-  # one 80-140 GB GPU: `:gpu=1` (mesh 1x1x1, 8 micro-batches); or --config.method=grpo
-  python -m sgpo_jax.main --config configs/qwen2_5_math_1_5b_gsm8k.py:gpu=1,method=grpo ...
+  # one 80-140 GB GPU: `:gpu=1` (mesh auto: 1x1x1 on one GPU, 8 micro-batches); or --config.method=grpo
+  python -m sgpo_jax.main --config qwen2_5_math_1_5b_gsm8k:gpu=1,method=grpo ...
 
 Memory: `--config.dry_run=True` compiles this config's sampler, train step and log-prob
 pass at its real shapes (no weights) and prints each one's peak bytes per device against
@@ -31,7 +31,7 @@ Parameter dtype: float32 master weights, bfloat16 compute. RL learning rates (1e
 updates far below bfloat16's 2^-8 relative precision, so bf16 weights would round most
 updates away; f32 costs 6 GB more in total, which both targets have.
 
-Variants (`configs/qwen2_5_math_1_5b_gsm8k.py:method=grpo,gpu=1`):
+Variants (`qwen2_5_math_1_5b_gsm8k:method=grpo,gpu=1`):
   method=sgpo_bayes|sgpo|grpo|dapo   allocator (default sgpo_bayes)
   gpu=1                   single 80-140 GB GPU mesh and micro-batching
 """
@@ -86,7 +86,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data.answer_field = 'answer'
   c.data.reward = 'math'
 
-  c.mesh.shape = (1, 8, 1)  # TPU v5e-8: FSDP over the 8 chips
+  with c.ignore_type():  # a string: sizes follow the device count (sharding.mesh_shape_spec)
+    c.mesh.shape = 'auto:fsdp=8'  # FSDP over 8 chips (v5e-8: 1x8x1), data-parallel over the rest
   c.mesh.axes = ('data', 'fsdp', 'tp')
 
   c.sampling.max_prompt_len = 512
@@ -126,6 +127,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.eval.every_steps = 25
 
   if args['gpu']:
-    c.mesh.shape = (1, 1, 1)
+    c.mesh.shape = 'auto'  # data-parallel over the GPUs there are (one: 1x1x1)
     c.train.micro_batches = 8  # 32 rows per micro-batch
   return c

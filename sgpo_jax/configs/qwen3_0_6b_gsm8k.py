@@ -1,6 +1,6 @@
 """Qwen3-0.6B on GSM8K: sGPO (or GRPO / DAPO), with PPO, GSPO or CISPO as the policy loss.
 
-The Qwen2.5-Math-1.5B GSM8K config (`configs/qwen2_5_math_1_5b_gsm8k.py`: data, mesh,
+The Qwen2.5-Math-1.5B GSM8K config (`sgpo_jax/configs/qwen2_5_math_1_5b_gsm8k.py`: data, mesh,
 sampling, optimiser) with the model and tokenizer blocks swapped for Qwen3-0.6B.
 
 Model: dims from the published config.json of Qwen/Qwen3-0.6B (Qwen/Qwen3-0.6B-Base has the
@@ -16,22 +16,22 @@ Inputs (local, nothing is downloaded at run time):
   data.path         train.jsonl + test.jsonl of openai/gsm8k 'main' (see the Qwen2.5 config).
 
 Launch:
-  python -m sgpo_jax.main --config configs/qwen3_0_6b_gsm8k.py --config.dry_run=True
+  python -m sgpo_jax.main --config qwen3_0_6b_gsm8k --config.dry_run=True
   # TPU v5e-8 (fsdp=8)
-  python -m sgpo_jax.main --config configs/qwen3_0_6b_gsm8k.py \
+  python -m sgpo_jax.main --config qwen3_0_6b_gsm8k \
       --config.model.hf_path=/data/Qwen3-0.6B --config.tokenizer.path=/data/Qwen3-0.6B \
       --config.data.path=/data/gsm8k --workdir gs://bucket/runs/qwen3_06b_gsm8k_sgpo
   # one GPU, GRPO with GSPO's sequence-level ratio
-  python -m sgpo_jax.main --config configs/qwen3_0_6b_gsm8k.py:gpu=1,method=grpo,loss=gspo ...
+  python -m sgpo_jax.main --config qwen3_0_6b_gsm8k:gpu=1,method=grpo,loss=gspo ...
 
 Memory: `--config.dry_run=True` compiles this config's sampler, train step and log-prob
 pass at its real shapes (no weights) and prints each one's peak bytes per device against
 the device (`--config.dry_run_device=h100-80gb|h200|v5e|v4` from another machine); it exits
 non-zero with the settings to change when one does not fit.
 
-Variants (`configs/qwen3_0_6b_gsm8k.py:method=grpo,gpu=1,loss=cispo,thinking=1`):
+Variants (`qwen3_0_6b_gsm8k:method=grpo,gpu=1,loss=cispo,thinking=1`):
   method=sgpo_bayes|sgpo|grpo|dapo   allocator (default sgpo_bayes)
-  gpu=1                   single-GPU mesh (1x1x1)
+  gpu=1                   mesh auto (data-parallel over the GPUs; one GPU: 1x1x1)
   loss=ppo|gspo|cispo     ppo: token-level clipped surrogate (0.2 / 0.28 clip-higher);
                           gspo: importance_level=sequence, the GSPO paper's bounds 3e-4 / 4e-4,
                           seq_mean_token_mean (= plain GSPO); cispo: policy_loss=cispo with no

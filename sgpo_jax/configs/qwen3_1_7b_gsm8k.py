@@ -1,4 +1,4 @@
-"""Qwen3-1.7B on GSM8K: the Qwen3-0.6B config (`configs/qwen3_0_6b_gsm8k.py`) at 1.7B.
+"""Qwen3-1.7B on GSM8K: the Qwen3-0.6B config (`sgpo_jax/configs/qwen3_0_6b_gsm8k.py`) at 1.7B.
 
 Model: dims from the published config.json of Qwen/Qwen3-1.7B (Qwen/Qwen3-1.7B-Base has the
 same architecture): model_type qwen3, hidden_size 2048, num_hidden_layers 28,
@@ -8,18 +8,18 @@ rms_norm_eps 1e-6, max_position_embeddings 40960, QK-norm. 1,720,574,976 paramet
 (1,409,410,048 without the embedding). Only d_model and d_ff differ from 0.6B.
 
 Launch:
-  python -m sgpo_jax.main --config configs/qwen3_1_7b_gsm8k.py --config.dry_run=True
-  python -m sgpo_jax.main --config configs/qwen3_1_7b_gsm8k.py \
+  python -m sgpo_jax.main --config qwen3_1_7b_gsm8k --config.dry_run=True
+  python -m sgpo_jax.main --config qwen3_1_7b_gsm8k \
       --config.model.hf_path=/data/Qwen3-1.7B --config.tokenizer.path=/data/Qwen3-1.7B \
       --config.data.path=/data/gsm8k --workdir gs://bucket/runs/qwen3_17b_gsm8k_sgpo
-  python -m sgpo_jax.main --config configs/qwen3_1_7b_gsm8k.py:gpu=1,loss=cispo ...
+  python -m sgpo_jax.main --config qwen3_1_7b_gsm8k:gpu=1,loss=cispo ...
 
 Memory: `--config.dry_run=True` compiles this config's sampler, train step and log-prob
 pass at its real shapes (no weights) and prints each one's peak bytes per device against
 the device (`--config.dry_run_device=h100-80gb|h200|v5e|v4` from another machine); it exits
 non-zero with the settings to change when one does not fit.
 
-Variants: as `configs/qwen3_0_6b_gsm8k.py` (method, gpu, loss, thinking).
+Variants: as `sgpo_jax/configs/qwen3_0_6b_gsm8k.py` (method, gpu, loss, thinking).
 """
 
 
