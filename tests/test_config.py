@@ -338,6 +338,10 @@ INTENDED_CHANGES = {
     'train.pack_rows': 8,
     # Issue 51: metrics to Weights & Biases, off by default (a new section).
     'logging.wandb_project': '',
+    # Issue 50: a catalog model fetched on first use, and the arithmetic task in words for
+    # chat models; both off ('') by default.
+    'model.pretrained': '',
+    'data.question_template': '',
 }
 
 

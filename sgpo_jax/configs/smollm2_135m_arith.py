@@ -66,6 +66,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   qwen = load_sibling_config(__file__, 'qwen2_5_0_5b_gsm8k_lora')
   qwen.set_lora(c, args['rank'])
 
+  with c.ignore_type():  # a string: sizes follow the device count (sharding.mesh_shape_spec)
+    c.mesh.shape = 'auto'  # data-parallel over every device there is
   c.data.source = 'arithmetic'
   c.data.min_digits = 1
   c.data.max_digits = 2
