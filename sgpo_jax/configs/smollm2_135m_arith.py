@@ -80,11 +80,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sampling.min_prompt_bucket = 64
   c.sampling.max_new_tokens = 64
   c.sampling.param_dtype = 'float32'
+  # Rollouts at 0.7: measured with transformers on 48 problems, T=1.0 solves 8% (46% of
+  # completions cut at 48 tokens), T=0.7 19% (35% cut), T=0.5 19%; greedy (the eval) 25%.
+  # At T=1 most groups of 4 come back all-zero, so few carry a gradient.
+  c.sampling.temperature = 0.7
+  c.profile.temperature = 0.7
 
-  for name in ('grpo', 'dapo', 'greso', 'knapsack'):
-    if name in c and 'group_size' in c[name]:
-      c[name].group_size = 4
-  c.sgpo_bayes.group_sizes = (2, 4)
+  c.grpo.group_size = 4  # the job's allocator; the others keep their defaults
   c.train.num_steps = args['steps']
   c.train.rows_per_batch = 32
   c.train.learning_rate = 2e-4 if args['rank'] else 2e-6
