@@ -99,7 +99,8 @@ def pin_threads(threads: int) -> int:
 
 def git_commit() -> str:
   def git(*cmd):
-    return subprocess.run(['git', *cmd], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(['git', *cmd], check=False, cwd=REPO, capture_output=True,
+                          text=True).stdout.strip()
   commit = git('rev-parse', 'HEAD') or 'unknown'
   return commit + ('-dirty' if git('status', '--porcelain', '--untracked-files=no') else '')
 
@@ -143,7 +144,6 @@ class Ours:
   """The project's run pieces, built by train.setup / train.restore_or_init."""
 
   def __init__(self, args, workdir: str):
-    import jax  # noqa: F401  (after pin_threads)
     from sgpo_jax import allocators as allocators_lib
     from sgpo_jax import train
     self.args, self.train = args, train
@@ -241,7 +241,6 @@ def decode_comparison(args, ours: Ours) -> dict:
       totals[name][0] += tokens
       totals[name][1] += seconds
   rate = {name: tokens / seconds for name, (tokens, seconds) in totals.items()}
-  del model
   return {'ours_tokens_per_s': rate['ours'],
           'transformers_tokens_per_s': rate['transformers'],
           'speedup': rate['ours'] / rate['transformers'], 'target': 1.5,
@@ -280,6 +279,17 @@ def trl_messages(su, query) -> list[dict]:
   return messages
 
 
+def trl_reward(reward_fn, pool):
+  """TRL's reward function over our verifier: `reward_fn(texts, queries)` (tasks.RewardFn)
+  on each completion's text, its query found by the dataset's `query_index` column."""
+  def reward(prompts, completions, query_index, **kwargs):
+    del prompts, kwargs
+    texts = [c[-1]['content'] if isinstance(c, list) else c for c in completions]
+    return [float(r) for r in reward_fn(texts, [pool[i] for i in query_index])]
+  reward.__name__ = 'verifier'
+  return reward
+
+
 def trl_comparison(args, ours: Ours, workdir: str) -> dict:
   import datasets
   import transformers
@@ -295,11 +305,6 @@ def trl_comparison(args, ours: Ours, workdir: str) -> dict:
                                            add_generation_prompt=True)
   same_prompt = rendered == su.tokenizer.prompt_text(pool[records[0]['query_index']].prompt)
 
-  def reward(prompts, completions, query_index, **kwargs):
-    del prompts, kwargs
-    texts = [c[-1]['content'] if isinstance(c, list) else c for c in completions]
-    return [float(r) for r in su.reward_fn.fn(texts, [pool[i] for i in query_index])]
-
   peft_config = None
   if args.rank:
     import peft
@@ -308,7 +313,7 @@ def trl_comparison(args, ours: Ours, workdir: str) -> dict:
     targets = [names[t] for t in str(config.model.lora_targets).split(',')]
     peft_config = peft.LoraConfig(r=args.rank, lora_alpha=float(config.model.lora_alpha),
                                   target_modules=targets, lora_dropout=0.0)
-  trl_args = trl.GRPOConfig(
+  trl_args = trl.GRPOConfig(  # one generation per optimizer step, as ours
       output_dir=os.path.join(workdir, 'trl'), use_cpu=True, report_to='none',
       save_strategy='no', logging_steps=10**6, disable_tqdm=True, seed=int(config.seed),
       per_device_train_batch_size=args.rows, gradient_accumulation_steps=1,
@@ -335,7 +340,8 @@ def trl_comparison(args, ours: Ours, workdir: str) -> dict:
       ours.rl_step(timed=len(self.seconds) > 1)  # the first of each side: warm-up
 
   timer = Interleave()
-  trainer = trl.GRPOTrainer(model=model, reward_funcs=[reward], args=trl_args,
+  trainer = trl.GRPOTrainer(model=model, reward_funcs=[trl_reward(su.reward_fn.fn, pool)],
+                            args=trl_args,
                             train_dataset=datasets.Dataset.from_list(records),
                             processing_class=tokenizer, callbacks=[timer],
                             peft_config=peft_config)
@@ -343,10 +349,16 @@ def trl_comparison(args, ours: Ours, workdir: str) -> dict:
   trainer.train()
   theirs = statistics.median(timer.seconds[1:])
   mine = medians(ours.steps)
+  # TRL's mean over all its steps (logged once, at the end of train: logging_steps is huge).
+  logged = [h for h in trainer.state.log_history if 'completions/mean_length' in h]
   del trainer, model
   return {'trl_step_seconds': theirs, 'ours_step_seconds': mine['step_seconds'],
           'speedup': theirs / mine['step_seconds'], 'target': 2.0,
           'trl_steps_seconds': timer.seconds, 'ours': mine,
+          'ours_completion_len_mean': statistics.mean(
+              s['completion_tokens'] for s in ours.steps) / args.rows,
+          'trl_completion_len_mean': (float(logged[-1]['completions/mean_length'])
+                                      if logged else None),
           'trl_prompt_text_matches': same_prompt, 'trl_version': trl.__version__,
           'gradient_checkpointing': bool(config.model.remat)}
 
