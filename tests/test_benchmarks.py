@@ -72,6 +72,7 @@ def test_bench_real_model_refuses_bad_options():
 
 def test_bench_real_model_trl_reward_wraps_the_verifier():
   import bench_real_model
+
   from sgpo_jax import tasks
   from sgpo_jax.config import defaults
   from sgpo_jax.data.query import Query
