@@ -1,0 +1,403 @@
+"""Speed on the real model (SmolLM2-135M-Instruct, configs/smollm2_135m_arith.py) on this CPU,
+against transformers' `generate` and TRL's `GRPOTrainer`, both sides in one process.
+
+    python benchmarks/bench_real_model.py                       # the job's shape, all three
+    python benchmarks/bench_real_model.py --which decode --rows 16 --max_new 96
+    python benchmarks/bench_real_model.py --rows 4 --group 2 --max_new 4 --steps 1  # smoke
+
+Our side is built by `train.setup` on the real config (method=grpo) with the shape
+overrides: the same sampler, reward, learner and prompts a run uses. Prompts are the config's
+chat-templated arithmetic questions (the first `--rows`, or `--rows / --group` prompts x G).
+Threads: `--threads` N is enforced for XLA by pinning the process to N CPUs (when fewer than
+are available; XLA's CPU pool sizes itself from the affinity mask) and for torch by
+`torch.set_num_threads(N)`. Each comparison warms up both sides once (untimed: our first call
+compiles), then runs `--steps` repeats interleaved ours / theirs, so both see the same load.
+
+Comparisons (`--which`, each appends ONE JSON line to `--results` and prints it; the last
+printed line is the last comparison's):
+  decode  tokens/s of our sampler (`sampler.sample`, as a rollout calls it) against
+          transformers' `generate` (do_sample, same temperature / top-p / top-k, same stop
+          ids, same prompt token ids left-padded, same rows and max_new_tokens). tokens/s =
+          generated real tokens (up to and including the stop token) / wall seconds, summed
+          over the repeats; `speedup` = ours / transformers (issue target >= 1.5).
+  split   one RL step of ours at the job's shape cut into sample (the sampler call), verify
+          (the reward function on the decoded completions), train (batch layout +
+          learner.train_step, blocked until done) and other (the rest: allocator, decoding
+          text, casting params for the sampler); medians over the repeats.
+  trl     one whole GRPO step against TRL's GRPOTrainer (use_cpu, same model folder and
+          dtype, same prompts as chat messages, num_generations = G, rows completions per
+          step, same max_completion_length, temperature, learning rate, beta=0, no
+          mixed precision, gradient checkpointing as our model.remat, reward = the same
+          verifier). TRL's step = on_step_begin -> on_step_end of a TrainerCallback, which
+          also runs one of our steps after each TRL step (interleaved); the first step of
+          each side is the untimed warm-up. `speedup` = TRL median step s / ours (issue
+          target >= 2). Our step is train.rl_step's path (allocator fill_batch -> rollout
+          -> train_batch -> train_step) without the skip of an all-equal batch: like TRL,
+          every step trains.
+Every line carries the git commit, the load average before and after, the shapes and the
+thread count; compare only lines taken at similar load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+RESULTS = os.path.join(REPO, 'benchmarks', 'results', 'bench_real_model.jsonl')
+WHICH = ('decode', 'split', 'trl')
+DTYPES = ('float32', 'bfloat16')
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  p.add_argument('--which', default=','.join(WHICH), help='comma list of ' + ', '.join(WHICH))
+  p.add_argument('--rows', type=int, default=16, help='completions per call / per RL step')
+  p.add_argument('--group', type=int, default=4, help='G: completions per prompt (split, trl)')
+  p.add_argument('--max_new', type=int, default=96, help='max new tokens per completion')
+  p.add_argument('--steps', type=int, default=3, help='timed repeats per side, after warm-up')
+  p.add_argument('--threads', type=int, default=2, help='CPU threads for XLA and torch')
+  p.add_argument('--rank', type=int, default=0, help='LoRA rank; 0 = full fine-tuning')
+  p.add_argument('--dtype', default='float32', choices=DTYPES,
+                 help='compute dtype (ours: model.dtype and sampling.param_dtype; torch: '
+                      'the weights are loaded in it)')
+  p.add_argument('--results', default=RESULTS, help='JSONL file the lines are appended to')
+  args = p.parse_args(argv)
+  args.which = tuple(w for w in args.which.split(',') if w)
+  unknown = sorted(set(args.which) - set(WHICH))
+  if unknown or not args.which:
+    p.error(f'--which={",".join(args.which)}: use a comma list of {", ".join(WHICH)}')
+  if min(args.rows, args.group, args.max_new, args.steps, args.threads) < 1 or args.rank < 0:
+    p.error('--rows, --group, --max_new, --steps, --threads must be >= 1 and --rank >= 0')
+  if args.rows % args.group:
+    p.error(f'--rows={args.rows} must be a multiple of --group={args.group}')
+  if args.rank and 'trl' in args.which:
+    try:
+      import peft  # noqa: F401
+    except ImportError:
+      p.error(f'--rank={args.rank} with --which trl needs peft (LoRA on TRL\'s side), which '
+              'is not installed; use --rank 0 or drop trl from --which')
+  return args
+
+
+def pin_threads(threads: int) -> int:
+  """Pins this process to `threads` CPUs when fewer than it may use; returns the CPUs it may
+  use. Called before JAX starts its CPU client, which sizes its pool from the affinity."""
+  cpus = sorted(os.sched_getaffinity(0))
+  if threads < len(cpus):
+    os.sched_setaffinity(0, cpus[:threads])
+  return len(os.sched_getaffinity(0))
+
+
+def git_commit() -> str:
+  def git(*cmd):
+    return subprocess.run(['git', *cmd], check=False, cwd=REPO, capture_output=True,
+                          text=True).stdout.strip()
+  commit = git('rev-parse', 'HEAD') or 'unknown'
+  return commit + ('-dirty' if git('status', '--porcelain', '--untracked-files=no') else '')
+
+
+def real_config(args):
+  """configs/smollm2_135m_arith.py (method=grpo) at the benchmark's shape."""
+  from sgpo_jax.config.args import load_config_module
+  module = load_config_module(os.path.join(REPO, 'configs', 'smollm2_135m_arith.py'))
+  c = module.get_config(f'method=grpo,rank={args.rank},steps={args.steps + 2}')
+  c.train.rows_per_batch = args.rows
+  c.grpo.group_size = args.group
+  c.sampling.max_new_tokens = args.max_new
+  c.sampling.temperature = 1.0
+  c.model.dtype = args.dtype
+  c.sampling.param_dtype = args.dtype
+  c.train.kl_coef, c.train.mu = 0.0, 1  # TRL: beta=0, num_iterations=1
+  c.train.warmup_steps = 0
+  c.eval.every_steps = 10**6
+  c.checkpoint.every_steps = 10**6
+  return c
+
+
+class Timed:
+  """Wraps a callable, summing the wall seconds of its calls (`seconds`, reset by the caller)."""
+
+  def __init__(self, fn):
+    self.fn, self.seconds = fn, 0.0
+
+  def __call__(self, *a, **kw):
+    start = time.perf_counter()
+    try:
+      return self.fn(*a, **kw)
+    finally:
+      self.seconds += time.perf_counter() - start
+
+  def __getattr__(self, name):  # close() and friends of the reward function
+    return getattr(self.fn, name)
+
+
+class Ours:
+  """The project's run pieces, built by train.setup / train.restore_or_init."""
+
+  def __init__(self, args, workdir: str):
+    from sgpo_jax import allocators as allocators_lib
+    from sgpo_jax import train
+    self.args, self.train = args, train
+    self.config = real_config(args)
+    self.su = train.setup(self.config, workdir, show_progress=False)
+    self.su.reward_fn = Timed(self.su.reward_fn)
+    self.su.sampler.sample = Timed(self.su.sampler.sample)
+    self.rs = train.restore_or_init(self.su, show_progress=False)
+    self.rs.allocator = allocators_lib.make_allocator(
+        self.config, len(self.su.train_queries), None,
+        [q.difficulty for q in self.su.train_queries])
+    self.steps: list[dict] = []  # timed steps: sample / verify / train / other / step seconds
+
+  def decode(self, rng_index: int) -> tuple[int, float]:
+    """(real tokens generated, wall seconds) of one sampler call on the first `rows` prompts."""
+    import jax
+    su, s = self.su, self.config.sampling
+    rows = self.args.rows
+    prompts = [su.prompt_tokens[i % len(su.prompt_tokens)] for i in range(rows)]
+    params = su.sampling_params(su.params)
+    jax.block_until_ready(params)
+    start = time.perf_counter()
+    out = su.sampler.sample(params, prompts, list(range(rows)),
+                            jax.random.fold_in(jax.random.key(7), rng_index),
+                            temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
+    return int(out.mask_RxN.sum()), time.perf_counter() - start
+
+  def rl_step(self, timed: bool = True) -> dict:
+    """One GRPO step on train.rl_step's path, always training (no all-equal skip)."""
+    import jax
+    train, su, rs = self.train, self.su, self.rs
+    su.sampler.sample.seconds = su.reward_fn.seconds = 0.0
+    start = time.perf_counter()
+    params = rs.train_state['params']
+    filled = rs.allocator.fill_batch(train.make_rollout_fn(su, su.sampling_params(params),
+                                                           rs.step))
+    rolled = time.perf_counter()
+    batch = train.train_batch(su, filled.layout, filled.rollout)
+    rs.train_state, metrics = rs.learner.train_step(rs.train_state, batch)
+    jax.block_until_ready((rs.train_state, metrics))
+    done = time.perf_counter()
+    rs.step += 1
+    row = {'sample': su.sampler.sample.seconds, 'verify': su.reward_fn.seconds,
+           'train': done - rolled, 'step': done - start,
+           'completion_tokens': int(filled.rollout.mask_RxN.sum()),
+           'reward_mean': float(filled.rollout.rewards_R.mean())}
+    row['other'] = row['step'] - row['sample'] - row['verify'] - row['train']
+    if timed:
+      self.steps.append(row)
+    return row
+
+  def close(self) -> None:
+    self.rs.ckpt.close()
+    getattr(self.su.reward_fn, 'close', lambda: None)()
+
+
+def hf_dtype(name: str):
+  import torch
+  return {'float32': torch.float32, 'bfloat16': torch.bfloat16}[name]
+
+
+def decode_comparison(args, ours: Ours) -> dict:
+  import torch
+  import transformers
+  su, s = ours.su, ours.config.sampling
+  model = transformers.AutoModelForCausalLM.from_pretrained(
+      ours.config.model.hf_path, dtype=hf_dtype(args.dtype)).eval()
+  prompts = [su.prompt_tokens[i % len(su.prompt_tokens)] for i in range(args.rows)]
+  width = max(map(len, prompts))
+  pad = su.tokenizer.pad_id
+  ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+  mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+  stop_ids = list(su.tokenizer.stop_token_ids)
+
+  def theirs(rng_index: int) -> tuple[int, float]:
+    torch.manual_seed(rng_index)
+    start = time.perf_counter()
+    with torch.no_grad():
+      out = model.generate(ids, attention_mask=mask, do_sample=True, temperature=s.temperature,
+                           top_p=s.top_p, top_k=s.top_k, max_new_tokens=args.max_new,
+                           min_new_tokens=0, eos_token_id=stop_ids, pad_token_id=pad)
+    seconds = time.perf_counter() - start
+    new = out[:, width:].tolist()
+    tokens = 0
+    for row in new:  # real tokens: up to and including the first stop token
+      stops = [i for i, t in enumerate(row) if t in stop_ids]
+      tokens += stops[0] + 1 if stops else len(row)
+    return tokens, seconds
+
+  ours.decode(10_000), theirs(10_000)  # warm-up: our compile, torch's first call
+  totals = {'ours': [0, 0.0], 'transformers': [0, 0.0]}
+  for rep in range(args.steps):
+    for name, call in (('ours', ours.decode), ('transformers', theirs)):
+      tokens, seconds = call(rep)
+      totals[name][0] += tokens
+      totals[name][1] += seconds
+  rate = {name: tokens / seconds for name, (tokens, seconds) in totals.items()}
+  return {'ours_tokens_per_s': rate['ours'],
+          'transformers_tokens_per_s': rate['transformers'],
+          'speedup': rate['ours'] / rate['transformers'], 'target': 1.5,
+          'ours_tokens': totals['ours'][0], 'transformers_tokens': totals['transformers'][0],
+          'ours_seconds': totals['ours'][1],
+          'transformers_seconds': totals['transformers'][1],
+          'prompt_len_max': width, 'sampler_compiles': su.sampler.compile_count}
+
+
+def medians(steps: list[dict]) -> dict:
+  return {f'{k}_seconds': statistics.median(s[k] for s in steps)
+          for k in ('sample', 'verify', 'train', 'other', 'step')}
+
+
+def split_comparison(args, ours: Ours) -> dict:
+  ours.rl_step(timed=False)  # warm-up: sampler and train step compile
+  ours.steps.clear()
+  for _ in range(args.steps):
+    ours.rl_step()
+  result = medians(ours.steps)
+  result['shares'] = {k: result[f'{k}_seconds'] / result['step_seconds']
+                      for k in ('sample', 'verify', 'train', 'other')}
+  result['completion_tokens_mean'] = statistics.mean(s['completion_tokens'] for s in ours.steps)
+  result['compiles'] = {'sampler': ours.su.sampler.compile_count,
+                        'train_step': ours.rs.learner.compile_count}
+  return result
+
+
+def trl_messages(su, query) -> list[dict]:
+  """`query`'s prompt as the chat messages our tokenizer renders (tokenizer.prompt_text)."""
+  prompt = query.prompt
+  messages = ([{'role': 'user', 'content': prompt}] if isinstance(prompt, str)
+              else [dict(m) for m in prompt])
+  if su.tokenizer.system_prompt and messages[0].get('role') != 'system':
+    messages.insert(0, {'role': 'system', 'content': su.tokenizer.system_prompt})
+  return messages
+
+
+def trl_reward(reward_fn, pool):
+  """TRL's reward function over our verifier: `reward_fn(texts, queries)` (tasks.RewardFn)
+  on each completion's text, its query found by the dataset's `query_index` column."""
+  def reward(prompts, completions, query_index, **kwargs):
+    del prompts, kwargs
+    texts = [c[-1]['content'] if isinstance(c, list) else c for c in completions]
+    return [float(r) for r in reward_fn(texts, [pool[i] for i in query_index])]
+  reward.__name__ = 'verifier'
+  return reward
+
+
+def trl_comparison(args, ours: Ours, workdir: str) -> dict:
+  import datasets
+  import transformers
+  import trl
+  su, config = ours.su, ours.config
+  folder = config.model.hf_path
+  tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+  pool = su.train_queries
+  n_prompts = (args.steps + 1) * (args.rows // args.group)
+  records = [{'prompt': trl_messages(su, pool[i % len(pool)]), 'query_index': i % len(pool)}
+             for i in range(n_prompts)]
+  rendered = tokenizer.apply_chat_template(records[0]['prompt'], tokenize=False,
+                                           add_generation_prompt=True)
+  same_prompt = rendered == su.tokenizer.prompt_text(pool[records[0]['query_index']].prompt)
+
+  peft_config = None
+  if args.rank:
+    import peft
+    names = {'q': 'q_proj', 'k': 'k_proj', 'v': 'v_proj', 'o': 'o_proj', 'gate': 'gate_proj',
+             'up': 'up_proj', 'down': 'down_proj'}
+    targets = [names[t] for t in str(config.model.lora_targets).split(',')]
+    peft_config = peft.LoraConfig(r=args.rank, lora_alpha=float(config.model.lora_alpha),
+                                  target_modules=targets, lora_dropout=0.0)
+  trl_args = trl.GRPOConfig(  # one generation per optimizer step, as ours
+      output_dir=os.path.join(workdir, 'trl'), use_cpu=True, report_to='none',
+      save_strategy='no', logging_steps=10**6, disable_tqdm=True, seed=int(config.seed),
+      per_device_train_batch_size=args.rows, gradient_accumulation_steps=1,
+      steps_per_generation=1, num_generations=args.group, num_iterations=1,
+      max_completion_length=args.max_new, temperature=config.sampling.temperature,
+      top_p=config.sampling.top_p, top_k=config.sampling.top_k,
+      learning_rate=config.train.learning_rate, lr_scheduler_type='constant', warmup_steps=0,
+      beta=0.0, bf16=False, fp16=False, gradient_checkpointing=bool(config.model.remat),
+      max_steps=args.steps + 1, dataloader_num_workers=0)
+  model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=hf_dtype(args.dtype))
+
+  class Interleave(transformers.TrainerCallback):
+    """TRL's step wall times; after each TRL step, one of ours (outside TRL's window)."""
+
+    def __init__(self):
+      self.seconds: list[float] = []
+      self.start = 0.0
+
+    def on_step_begin(self, *a, **kw):
+      self.start = time.perf_counter()
+
+    def on_step_end(self, *a, **kw):
+      self.seconds.append(time.perf_counter() - self.start)
+      ours.rl_step(timed=len(self.seconds) > 1)  # the first of each side: warm-up
+
+  timer = Interleave()
+  trainer = trl.GRPOTrainer(model=model, reward_funcs=[trl_reward(su.reward_fn.fn, pool)],
+                            args=trl_args,
+                            train_dataset=datasets.Dataset.from_list(records),
+                            processing_class=tokenizer, callbacks=[timer],
+                            peft_config=peft_config)
+  ours.steps.clear()
+  trainer.train()
+  theirs = statistics.median(timer.seconds[1:])
+  mine = medians(ours.steps)
+  # TRL's mean over all its steps (logged once, at the end of train: logging_steps is huge).
+  logged = [h for h in trainer.state.log_history if 'completions/mean_length' in h]
+  del trainer, model
+  return {'trl_step_seconds': theirs, 'ours_step_seconds': mine['step_seconds'],
+          'speedup': theirs / mine['step_seconds'], 'target': 2.0,
+          'trl_steps_seconds': timer.seconds, 'ours': mine,
+          'ours_completion_len_mean': statistics.mean(
+              s['completion_tokens'] for s in ours.steps) / args.rows,
+          'trl_completion_len_mean': (float(logged[-1]['completions/mean_length'])
+                                      if logged else None),
+          'trl_prompt_text_matches': same_prompt, 'trl_version': trl.__version__,
+          'gradient_checkpointing': bool(config.model.remat)}
+
+
+def main(argv=None) -> list[dict]:
+  args = parse_args(argv)
+  cpus = pin_threads(args.threads)
+  import torch
+  torch.set_num_threads(args.threads)
+  workdir = tempfile.mkdtemp(prefix='bench_real_model_')
+  load_before = os.getloadavg()
+  common = {'model': 'smollm2-135m-instruct', 'commit': git_commit(), 'rows': args.rows,
+            'group': args.group, 'max_new': args.max_new, 'steps': args.steps,
+            'threads': args.threads, 'cpus_usable': cpus, 'rank': args.rank,
+            'dtype': args.dtype}
+  lines = []
+  ours = Ours(args, os.path.join(workdir, 'run'))
+  try:
+    for which in args.which:
+      before = os.getloadavg()
+      if which == 'decode':
+        result = decode_comparison(args, ours)
+      elif which == 'split':
+        result = split_comparison(args, ours)
+      else:
+        result = trl_comparison(args, ours, workdir)
+      line = {'comparison': which, **common, **result, 'load_average_before': before,
+              'load_average_after': os.getloadavg(), 'run_load_average_before': load_before,
+              'time': time.strftime('%Y-%m-%dT%H:%M:%S')}
+      os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
+      with open(args.results, 'a') as fh:
+        fh.write(json.dumps(line) + '\n')
+      lines.append(line)
+      print(json.dumps(line), flush=True)
+  finally:
+    ours.close()
+    shutil.rmtree(workdir, ignore_errors=True)
+  return lines
+
+
+if __name__ == '__main__':
+  main()
