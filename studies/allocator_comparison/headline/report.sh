@@ -2,12 +2,18 @@
 # The headline report from the sweep's finished runs (no runs started): compare.json,
 # compare.md, plots/ and diagnostics_<regime>.md beside this file, all three regimes in one
 # table, each with its pre-registered seeds (PREREGISTERED.md):
-#   bash studies/allocator_comparison/headline/report.sh RUNS
-# RUNS: the sweep's runs folder (sweep.sh fills it; archive_runs.py restore rebuilds it from
-# archive/ on any machine).
+#   bash studies/allocator_comparison/headline/report.sh [RUNS]
+# RUNS: the sweep's runs folder (sweep.sh fills it). Without it, the runs are restored from
+# archive.tar.xz beside this file into a temporary folder, removed at the end.
 set -euo pipefail
-RUNS=${1:?runs dir}
 HERE=$(cd "$(dirname "$0")" && pwd)
+if [ $# -ge 1 ]; then
+  RUNS=$1
+else
+  RUNS=$(mktemp -d)
+  trap 'rm -rf "$RUNS"' EXIT
+  python "$HERE/archive_runs.py" restore "$RUNS" > /dev/null
+fi
 cd "$HERE/../../.."
 ARMS=grpo,dapo,dapo_g4,greso,knapsack,sgpo,sgpo_bayes_g24
 python -m sgpo_jax.compare report --runs-dir "$RUNS" --regimes paper_like,default,small_pool \
