@@ -12,7 +12,7 @@ import pytest
 from sgpo_jax.config import check as config_check
 from sgpo_jax.config import defaults as default_config
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def config(**top):

@@ -12,7 +12,7 @@ import pytest
 from sgpo_jax import allocators
 from sgpo_jax.allocators.sgpo import allocation as sgpo
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def default_config(arg=None):

@@ -20,7 +20,7 @@ from sgpo_jax.model import devices, flops, hf, hf_fixture
 from sgpo_jax.model import sharding as sharding_lib
 from sgpo_jax.model import transformer as model_lib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, 'configs', 'qwen2_5_0_5b_gsm8k_lora.py')
 CORPUS = ['Mia buys 3 packs of 12 stickers. How many stickers?', '#### 36',
           'Please reason step by step.']

@@ -18,7 +18,7 @@ from sgpo_jax.allocators import base
 from sgpo_jax.config import check as config_check
 from sgpo_jax.config import defaults as default_config
 
-DOC = pathlib.Path(__file__).resolve().parents[1] / 'docs' / 'architecture.md'
+DOC = pathlib.Path(__file__).resolve().parents[2] / 'docs' / 'architecture.md'
 MODULE = 'sgpo_jax.allocators.in_order'
 
 

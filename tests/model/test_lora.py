@@ -16,7 +16,7 @@ from sgpo_jax.model import sharding as sharding_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.rl import learner as learner_lib
 from tests.conftest import mesh_config, tiny_config
-from tests.test_learner import make_batch, run_config
+from tests.rl.test_learner import make_batch, run_config
 
 LORA = dict(lora_rank=4, lora_alpha=8.0)
 

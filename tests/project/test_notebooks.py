@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NOTEBOOK_DIR = os.path.join(REPO, 'notebooks')
 NOTEBOOKS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(NOTEBOOK_DIR, '*.ipynb')))
 EXPECTED = {'quickstart.ipynb', 'hf_math_quickstart.ipynb', 'colab_qwen_gsm8k_lora.ipynb'}

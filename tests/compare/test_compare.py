@@ -17,7 +17,7 @@ from tests.test_train import read_jsonl, tiny_run_config
 
 from sgpo_jax.compare import analysis, arms, runner
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _step_rows(workdir):
@@ -32,7 +32,8 @@ def grpo_and_dapo(tmp_path_factory):
     config.grpo.group_size = config.dapo.group_size = 8
     config.dapo.max_rounds = 3
     # The padded step: it charges one [R, T] rectangle per RL step whatever the rounds, which
-    # the test below checks (the packed step's real-token ledger: tests/test_packing.py).
+    # the test below checks (the packed step's real-token ledger:
+    # tests/rl/test_sequence_packing.py).
     config.train.packing = False
     workdir = str(tmp_path_factory.mktemp(method))
     out[method] = (workdir, train.run(config, workdir, show_progress=False))

@@ -16,7 +16,7 @@ from sgpo_jax.scaling_law import (EarlyStopper, FormPrior, exponential_curve, fi
                                   logistic_curve, select_form, simulate_trajectory,
                                   write_synthetic_run)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TOTAL = 300
 EXPONENTIAL = {'r0': 0.2, 'r_inf': 0.7, 'tau': 0.15}
 LOGISTIC = {'r0': 0.1, 'r_inf': 0.8, 't_mid': 0.35, 'width': 0.07}

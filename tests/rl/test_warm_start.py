@@ -104,8 +104,8 @@ def test_the_readme_run_and_every_regime_have_a_shipped_warm_start():
   # The committed results start from these (first machine: SFT final loss 0.249 for the
   # README run, default and small_pool; 0.037 for paper_like). A config change that moves a
   # cache key would leave its regime training a new warm start: this names it.
-  default_file = load_config_module(os.path.join(
-      os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs', 'default.py'))
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  default_file = load_config_module(os.path.join(repo, 'configs', 'default.py'))
   expected = {'': 0.249, 'regime=default': 0.249, 'regime=small_pool': 0.249,
               'regime=paper_like': 0.037}
   for arg, loss in expected.items():

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'fixtures'))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(TESTS, 'fixtures'))
 
 from configs.default import get_config  # noqa: E402
 from sgpo_jax.data.loading import LoadReport, Query, load_queries, load_queries_with_report  # noqa: E402

@@ -29,7 +29,7 @@ from sgpo_jax.model import sharding as sharding_lib
 
 VOCAB = 96
 TOKENS = np.random.default_rng(0).integers(3, VOCAB, size=(2, 11)).astype(np.int32)
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _save_tokenizer(path: str) -> None:

@@ -92,7 +92,7 @@ LOSSES = {
 
 def test_micro_batched_step_equals_full_batch_step():
   # Exactness for every registered loss is pinned per element of the gradient in
-  # test_grpo.py::test_micro_batched_gradient_equals_full_batch; here the learner's wiring.
+  # test_losses.py::test_micro_batched_gradient_equals_full_batch; here the learner's wiring.
   batch = make_batch([2, 2, 4, 8])
   full, state_full = make_learner(run_config(micro_batches=1))
   micro, state_micro = make_learner(run_config(micro_batches=4))
@@ -145,8 +145,8 @@ def test_sharded_step_on_8_devices_equals_single_device():
       import jax, numpy as np
       from sgpo_jax.model import sharding as sharding_lib
       from tests.conftest import mesh_config
-      from tests.test_learner import (assert_one_step_params_close, make_batch, make_learner,
-                                      run_config)
+      from tests.rl.test_learner import (assert_one_step_params_close, make_batch, make_learner,
+                                         run_config)
       batch = make_batch([2, 2, 4, 8])
       results = []
       for shape in ((1, 1, 1), (8, 1, 1), (2, 2, 2)):
@@ -160,7 +160,7 @@ def test_sharded_step_on_8_devices_equals_single_device():
         assert_one_step_params_close(params, results[0][1])
       print('OK')
   ''')
-  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   out = subprocess.run([sys.executable, '-c', script], cwd=repo, capture_output=True, text=True,
                        timeout=600)
   assert out.returncode == 0 and 'OK' in out.stdout, out.stderr[-3000:]

@@ -16,7 +16,7 @@ from conftest import forward_fn, left_pad, params_for, random_tokens, tiny_confi
 from sgpo_jax.model import attention
 from sgpo_jax.model import transformer as model_lib
 
-ATOL = 2e-5  # fp32 logits of order 1, as tests/test_model.py
+ATOL = 2e-5  # fp32 logits of order 1, as tests/model/test_transformer.py
 
 
 def _qkv(seed, b=2, t=128, s=128, h=4, k=2, e=8):

@@ -10,7 +10,7 @@ from sgpo_jax.scaling_law.calibration import CalibrationSet
 from sgpo_jax.scaling_law.early_stop import STOP_CALIBRATION_PATH
 from sgpo_jax.scaling_law.runs import write_synthetic_run
 
-FIXTURES = Path(__file__).resolve().parent / 'fixtures'
+FIXTURES = Path(__file__).resolve().parents[1] / 'fixtures'
 
 
 def _runs(root, seeds=(0, 1), arms=('grpo', 'dapo')):

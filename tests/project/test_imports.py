@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import pathlib
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'sgpo_jax'
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / 'sgpo_jax'
 
 
 def module_names() -> dict[str, pathlib.Path]:

@@ -19,7 +19,7 @@ from sgpo_jax.model import flops
 from sgpo_jax.generate import sampler as sampling
 
 MAX_PROMPT, N_NEW = 8, 6
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _prompts(seed: int, lengths) -> list[list[int]]:

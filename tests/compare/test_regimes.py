@@ -19,7 +19,7 @@ from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.data.loading import load_queries
 from sgpo_jax.tasks import arithmetic
 
-CONFIGS = pathlib.Path(__file__).resolve().parents[1] / 'configs'
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / 'configs'
 regimes = load_config_module(str(CONFIGS / 'regimes.py'))
 default_file = load_config_module(str(CONFIGS / 'default.py'))  # its regime=NAME: the same
 

@@ -18,7 +18,7 @@ from sgpo_jax.rl import learner as learner_lib
 from sgpo_jax.rl import sequence_packing as packing_lib
 from sgpo_jax.model import sharding as sharding_lib
 from tests.conftest import mesh_config, tiny_config
-from tests.test_learner import N, P, R, make_batch, run_config
+from tests.rl.test_learner import N, P, R, make_batch, run_config
 
 
 def test_pack_batch_layout_by_hand():
@@ -82,8 +82,8 @@ def test_packed_step_on_4_devices_equals_padded_single_device():
       import jax, numpy as np
       from sgpo_jax.model import sharding as sharding_lib
       from tests.conftest import mesh_config
-      from tests.test_learner import (assert_one_step_params_close, make_batch, make_learner,
-                                      run_config, P, N)
+      from tests.rl.test_learner import (assert_one_step_params_close, make_batch, make_learner,
+                                         run_config, P, N)
       batch = make_batch([2, 2, 4, 1], seed=3)
       results = []
       for shape, packing in (((1, 1, 1), False), ((4, 1, 1), True), ((2, 2, 1), True)):
@@ -100,7 +100,7 @@ def test_packed_step_on_4_devices_equals_padded_single_device():
         assert_one_step_params_close(params, results[0][1])
       print('OK')
   ''')
-  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   out = subprocess.run([sys.executable, '-c', script], cwd=repo, capture_output=True, text=True,
                        timeout=600)
   assert out.returncode == 0 and 'OK' in out.stdout, out.stderr[-3000:]

@@ -92,7 +92,7 @@ def test_headline_readme_block_states_each_pre_registered_verdict():
 
 def test_readme_headline_is_the_block_rendered_from_the_committed_compare_json():
   from studies.allocator_comparison.headline import readme_table
-  root = Path(__file__).resolve().parent.parent
+  root = Path(__file__).resolve().parents[2]
   results = json.loads((root / 'studies/allocator_comparison/headline/compare.json').read_text())
   block = readme_table.render(results)
   assert 'PARTIAL' not in block  # every pre-registered seed has run

@@ -12,7 +12,7 @@ import pytest
 from sgpo_jax.model import flops
 from sgpo_jax.model import transformer as model_lib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.slow

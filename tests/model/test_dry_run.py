@@ -19,7 +19,7 @@ from sgpo_jax.model import flops
 from sgpo_jax.model import hf
 from sgpo_jax.model import transformer as model_lib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REAL_CONFIGS = ('qwen2_5_math_1_5b_gsm8k', 'qwen2_5_math_1_5b_dapo_math', 'qwen3_0_6b_gsm8k',
                 'qwen3_1_7b_gsm8k', 'llama3_2_3b_gsm8k')
 QWEN_1_5B_PARAMS = 1_543_714_304  # Qwen2.5(-Math)-1.5B, tied embeddings

@@ -4,7 +4,7 @@ accelerator / GCS installs are one extra each."""
 import pathlib
 import tomllib
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_extras_and_dynamic_dependencies():

@@ -87,8 +87,8 @@ def _spec(x) -> list:
 def multi():
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
              JAX_PLATFORMS='cpu')
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env['PYTHONPATH'] = os.pathsep.join([root, os.path.dirname(os.path.abspath(__file__)),
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  env['PYTHONPATH'] = os.pathsep.join([root, os.path.join(root, 'tests'),
                                        env.get('PYTHONPATH', '')])
   proc = subprocess.run([sys.executable, os.path.abspath(__file__)], env=env, cwd=root,
                         capture_output=True, text=True, timeout=600)
