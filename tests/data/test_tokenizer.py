@@ -90,6 +90,7 @@ def hf_dir(tmp_path_factory):
   return directory
 
 
+@pytest.mark.slow
 def test_hf_plain_prompt(hf_dir):
   tok = HFTokenizer(hf_dir)
   assert (tok.pad_id, tok.bos_id, tok.eos_id) == (0, 1, 2)

@@ -44,6 +44,7 @@ def continuous(cfg, mesh1, param_shardings1):
 LENGTHS = [3, 8, 1, 5, 7, 2, 4, 6, 8, 3, 5]  # 11 rows: two queue chunks, both buckets
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('knobs', [dict(temperature=0.0), dict(temperature=1.0),
                                    dict(temperature=0.7, top_p=0.8),
                                    dict(temperature=1.3, top_k=3)])

@@ -45,6 +45,7 @@ def reward_true_if_contains_digit(completions, queries):
   return np.array([float(any(ch in c for ch in '0123')) for c in completions], np.float32)
 
 
+@pytest.mark.slow
 def test_p_hat_equals_direct_count(setup, tmp_path):
   sampler, params, queries, tok = setup
   ledger = flops_lib.FlopsLedger(sampler.cfg)
@@ -118,6 +119,7 @@ def test_finished_profile_reused_by_a_new_process_still_counts_its_flops(setup, 
   assert second.useful('profile') == pytest.approx(first.useful('profile'))
 
 
+@pytest.mark.slow
 def test_continuous_engine_profiles_exactly_like_static(setup, tmp_path):
   """sampling.engine='continuous' for the profiling pass: the same p_hat for every query,
   and its ledger computes fewer padded token slots for the same useful tokens."""

@@ -46,6 +46,7 @@ def test_unknown_draw_is_refused(cfg, mesh1, param_shardings1):
                      stop_ids=[EOS], pad_id=PAD, draw='fast')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('knobs', [dict(temperature=1.0), dict(temperature=0.7, top_p=0.8)])
 def test_static_and_continuous_samplers_agree_with_the_blocked_draw(
     params, cfg, mesh1, param_shardings1, knobs):

@@ -36,6 +36,7 @@ def test_cast_copies_once_and_matching_dtype_is_the_identity(cfg, params, param_
   assert (bf16.dtype, bf16.param_dtype, bf16.n_layers) == ('bfloat16', 'bfloat16', cfg.n_layers)
 
 
+@pytest.mark.slow
 def test_bfloat16_sampler_log_probs_are_its_own_forward_and_near_float32(
     cfg, params, mesh1, param_shardings1):
   """The bfloat16 sampler's log-probs equal a bfloat16 full forward's over its completions

@@ -42,6 +42,7 @@ def _case(name):
   return q, k, v, valid, None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ['padding', 'packed', 'cache'])
 def test_splash_matches_full_attention(name):
   """Outputs of every query with a visible key; for 'padding', gradients of q, k and v too."""
@@ -77,6 +78,7 @@ def test_splash_under_a_mesh_context_matches_plain_call():
   np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('t,s,offset', [(37, 53, None), (1, 128, 100), (128, 256, 16)])
 def test_splash_falls_back_to_chunked(t, s, offset):
   """Ragged T/S, a decode step and a prefill at a cache offset are 'chunked', bit for bit."""
@@ -88,6 +90,7 @@ def test_splash_falls_back_to_chunked(t, s, offset):
   np.testing.assert_array_equal(run('splash'), run('chunked'))
 
 
+@pytest.mark.slow
 def test_model_prefill_and_decode_with_splash_match_full():
   """The model as the sampler runs it: prefill of a 128-token bucket (left padded) into a
   256-slot cache with splash, then decode steps (direct path), against the full-softmax

@@ -87,6 +87,7 @@ def test_dapo_math_dry_run_fits_a_v5e_chip():
   assert result['bytes_per_device']['peak'] < 16 * 1024**3
 
 
+@pytest.mark.slow
 def test_default_config_is_placed_on_the_local_mesh():
   result = dry_run.dry_run(default_config.get_config(), print_table=False)
   assert result['mesh']['mode'] == 'placed'
@@ -275,6 +276,7 @@ def tiny_result():
   return dry_run.dry_run(_tiny_config(), print_table=False)
 
 
+@pytest.mark.slow
 def test_compiled_programs_account_for_state_batch_and_resident_bytes(tiny_result):
   c = _tiny_config()
   result = tiny_result
@@ -298,6 +300,7 @@ def test_compiled_programs_account_for_state_batch_and_resident_bytes(tiny_resul
     assert m['fits']
 
 
+@pytest.mark.slow
 def test_compiled_sampler_grows_with_rows_and_kl_adds_the_log_prob_pass(tiny_result):
   small = tiny_result['compiled']
   c = _tiny_config()
@@ -310,6 +313,7 @@ def test_compiled_sampler_grows_with_rows_and_kl_adds_the_log_prob_pass(tiny_res
   assert big['train_step']['resident'] == n * 4
 
 
+@pytest.mark.slow
 def test_continuous_engine_is_compiled_with_its_slots():
   c = _tiny_config()
   c.sampling.engine = 'continuous'
@@ -374,6 +378,7 @@ def test_device_table():
     config_check.check_config(c)
 
 
+@pytest.mark.slow
 def test_cli_dry_run_exits_non_zero_when_it_does_not_fit():
   env = dict(os.environ, XLA_PYTHON_CLIENT_MEM_FRACTION='0.000001', JAX_PLATFORMS='cpu')
   proc = subprocess.run(

@@ -19,6 +19,7 @@ def default_model():
   return cfg, model_lib.init_params(cfg, jax.random.key(0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('rows,seq_len', [(64, 20), (16, 32)])
 def test_forward_flops_match_xla_within_15_percent(default_model, rows, seq_len):
   cfg, params = default_model
@@ -45,6 +46,7 @@ def test_train_step_flops_match_xla_within_15_percent(default_model):
   assert measured == pytest.approx(analytic, rel=0.15)
 
 
+@pytest.mark.slow
 def test_lora_train_step_flops_match_xla_within_15_percent():
   """Gradients of the adapters alone: XLA computes no weight gradient for the frozen base,
   and the ledger charges none (the full fine-tuning count would be ~1.4x off here)."""

@@ -205,6 +205,7 @@ def test_llama3_inverse_frequencies_match_transformers():
   np.testing.assert_allclose(ours[low], plain[low] / 8.0, rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('kind', KINDS)
 def test_import_logits_match_transformers(checkpoints, mesh1, kind):
   path, _, ref_logits = checkpoints[kind]
@@ -213,6 +214,7 @@ def test_import_logits_match_transformers(checkpoints, mesh1, kind):
   np.testing.assert_allclose(_our_logits(cfg, params), ref_logits, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('kind, plain', [
     ('llama3', {'rope_type': 'default'}), ('llama_linear', {'rope_type': 'default'}),
     ('qwen3', {'rope_theta': 1e4})])
@@ -264,6 +266,7 @@ _SHARDED_SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_sharded_import_on_8_devices_matches_single_device(checkpoints, tmp_path):
   """One 8-device subprocess imports Qwen2, Qwen3 (QK-norm) and Llama 3 (llama3 RoPE)."""
   np.save(tmp_path / 'tokens.npy', TOKENS)
@@ -341,6 +344,7 @@ def test_export_import_round_trip_is_exact(mesh1, tmp_path, overrides):
     assert a.dtype == b.dtype and np.array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('overrides, arch', [
     ({}, 'LlamaForCausalLM'),
     ({'qk_norm': True, 'head_dim': 12}, 'Qwen3ForCausalLM'),
@@ -366,6 +370,7 @@ def test_our_random_model_exports_to_transformers(mesh1, tmp_path, overrides, ar
 # Greedy generation.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('kind', KINDS)
 def test_greedy_generation_matches_transformers(checkpoints, mesh1, kind):
   import torch

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from conftest import params_for, tiny_config
 from sgpo_jax.model import transformer as model_lib
@@ -36,6 +37,7 @@ def test_stack_layers_inverts_the_per_layer_layout():
   jax.tree.map(np.testing.assert_array_equal, back, params)
 
 
+@pytest.mark.slow
 def test_a_train_state_checkpoint_of_the_per_layer_layout_restores_stacked(tmp_path):
   """Params and Adam moments saved per layer come back stacked, value for value."""
   params = params_for(tiny_config(n_layers=3))

@@ -49,6 +49,7 @@ def test_lora_on_a_family_it_cannot_wrap_is_an_error():
     lora_lib.check_family('gpt2')
 
 
+@pytest.mark.slow
 def test_trainable_count_is_the_hand_computed_adapter_count():
   # d=32, H=4, K=2, E=8, F=64, L=2, r=4: q 32+32, v 32+16, down 64+32 -> 208 per rank-layer.
   cfg = tiny_config(lora_rank=4, lora_targets=('q', 'v', 'down'))
@@ -60,6 +61,7 @@ def test_trainable_count_is_the_hand_computed_adapter_count():
   assert lora_lib.param_counts(base) == {'trainable_params': n_base, 'total_params': n_base}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('base_dtype', [None, 'nf4'])
 def test_adapters_alone_train_and_the_base_stays_bit_identical(base_dtype):
   config = run_config(learning_rate=3e-2, loss_agg='seq_mean_token_mean')
@@ -93,6 +95,7 @@ def test_adapters_alone_train_and_the_base_stays_bit_identical(base_dtype):
   assert all(moved)
 
 
+@pytest.mark.slow
 def test_packed_step_with_lora_equals_padded_step():
   batch = make_batch([4, 4, 4, 4], seed=5)
   results = []
@@ -117,6 +120,7 @@ def _logits(cfg, params, tokens):
 QUANT_TOLERANCE = {'int8': 0.04, 'nf4': 0.5}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('base_dtype', ['int8', 'nf4'])
 def test_quantized_base_logits_are_close_to_full_precision(base_dtype):
   cfg = tiny_config(**LORA)
@@ -129,6 +133,7 @@ def test_quantized_base_logits_are_close_to_full_precision(base_dtype):
   assert 0 < rel < QUANT_TOLERANCE[base_dtype], rel
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('base_dtype', [None, 'int8'])
 def test_merged_weights_and_peft_adapters_match_the_lora_model(base_dtype, tmp_path):
   cfg = tiny_config(**LORA, lora_base_dtype=base_dtype)

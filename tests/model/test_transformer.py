@@ -252,6 +252,7 @@ def _loss_and_grad_fn(cfg):
   return jax.jit(jax.value_and_grad(loss, has_aux=True))
 
 
+@pytest.mark.slow
 def test_remat_same_logits_and_grads(cfg, params):
   remat_cfg = dataclasses.replace(cfg, remat=True)
   tokens_BxT = random_tokens(13, (2, 9), cfg.vocab_size)
@@ -300,6 +301,7 @@ def _attention_inputs(seed, b=2, t=37, s=53, h=4, k=2, e=8):
   return q, kv[0], kv[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('case', ['cache_offset', 'packed'])
 def test_chunked_attention_matches_full(case):
   """Online softmax over 8 x 16 blocks (ragged last blocks) == full softmax, outputs and
@@ -336,6 +338,7 @@ def test_chunked_attention_matches_full(case):
                              np.asarray(full)[visible], atol=2e-6)
 
 
+@pytest.mark.slow
 def test_chunked_prefill_and_decode_match_full_attention_model(cfg, params):
   """The whole model with tiny attention blocks (prefill 9 tokens in 2 x 4 blocks into a
   12-slot cache, then decode) matches the full-softmax model's full forward."""

@@ -90,6 +90,7 @@ LOSSES = {
 }
 
 
+@pytest.mark.slow
 def test_micro_batched_step_equals_full_batch_step():
   # Exactness for every registered loss is pinned per element of the gradient in
   # test_losses.py::test_micro_batched_gradient_equals_full_batch; here the learner's wiring.

@@ -531,6 +531,7 @@ _LOSS_VARIANTS = [(agg, 'ppo', 'token') for agg in sorted(grpo.LOSS_AGGREGATIONS
     ('token_mean', 'cispo', 'token'), ('seq_mean_token_sum_norm', 'cispo', 'sequence')]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('loss_agg, pg_loss, importance_level', _LOSS_VARIANTS)
 def test_micro_batched_gradient_equals_full_batch(loss_agg, pg_loss, importance_level):
   rng = np.random.default_rng(9)

@@ -122,6 +122,7 @@ def _sgd_learner(config):
   return learner, learner.init_state(params), before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('loss_agg,kl_coef', [('token_mean', 0.0), ('seq_mean_token_mean', 0.1)])
 def test_packed_step_equals_padded_step(loss_agg, kl_coef):
   batch = make_batch([2, 2, 4, 1], seed=5)  # 9 valid rows of 16, mixed lengths
@@ -152,6 +153,7 @@ def test_packed_step_equals_padded_step(loss_agg, kl_coef):
   assert packed.last_tokens[0] < padded.last_tokens[0]
 
 
+@pytest.mark.slow
 def test_packed_step_compiles_once_and_ledger_counts_real_tokens():
   learner, state, _ = _sgd_learner(run_config(packing=True, pack_rows=2, pack_len=P + N,
                                               learning_rate=1e-3))

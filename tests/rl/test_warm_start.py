@@ -31,6 +31,7 @@ def _build(config, workdir):
   return warm_start.policy_for_config(config, workdir, show_progress=False)
 
 
+@pytest.mark.slow
 def test_concurrent_runs_build_a_shared_warm_start_once(tmp_path):
   config = _tiny_config(str(tmp_path / 'cache'))
   path = os.path.join(str(tmp_path / 'cache'), warm_start.cache_key(config))
@@ -61,6 +62,7 @@ def test_concurrent_runs_build_a_shared_warm_start_once(tmp_path):
   assert info['cached'] is True
 
 
+@pytest.mark.slow
 def test_shipped_copy_loads_the_same_policy_without_training(tmp_path, monkeypatch):
   config = _tiny_config(str(tmp_path / 'built'))
   built, info = _build(config, str(tmp_path / 'run0'))
@@ -87,6 +89,7 @@ def test_shipped_copy_loads_the_same_policy_without_training(tmp_path, monkeypat
     _build(config, str(tmp_path / 'run3'))
 
 
+@pytest.mark.slow
 def test_a_shipped_copy_of_another_model_is_refused(tmp_path, monkeypatch):
   config = _tiny_config(str(tmp_path / 'built'))
   built, info = _build(config, str(tmp_path / 'run0'))

@@ -4,6 +4,7 @@ from run folders or trajectories files (sgpo_jax/scaling_law/calibration_set.py)
 import json
 from pathlib import Path
 
+import pytest
 
 from sgpo_jax.scaling_law import __main__ as cli
 from sgpo_jax.scaling_law.calibration import CalibrationSet
@@ -25,6 +26,7 @@ def _runs(root, seeds=(0, 1), arms=('grpo', 'dapo')):
   return dirs
 
 
+@pytest.mark.slow
 def test_a_set_from_run_folders_equals_the_set_from_their_dumped_trajectories(tmp_path):
   dirs = _runs(tmp_path)
   folders, dumped, replayed = (tmp_path / n for n in ('a.json', 'runs.json', 'b.json'))

@@ -380,6 +380,7 @@ def test_one_groups_items_are_spread_over_the_workers():
   assert v.stats['pool'] == 16 and started == 4
 
 
+@pytest.mark.slow
 def test_verdicts_agree_across_worker_counts_with_shortened_timeouts():
   """Everything the screen admits parses and verifies far inside the time bounds: with the
   soft timeouts cut from 5 s to 2 s and the watchdog from 20 s to 4 s, no watchdog fires, the
