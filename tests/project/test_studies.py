@@ -1,11 +1,15 @@
 """Smoke tests of the study scripts (studies/): each runs on a tiny synthetic input and writes
-its summary. What a study measured is in its folder's README, not asserted here."""
+its summary. What a study measured is in its folder's README, not asserted here; the README's
+headline block is, both from the committed compare.json and rebuilt from the archived runs."""
 
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from sgpo_jax.scaling_law.calibration_set import dump_trajectories
 from sgpo_jax.scaling_law.runs import RunRecord, write_synthetic_run
@@ -97,3 +101,19 @@ def test_readme_headline_is_the_block_rendered_from_the_committed_compare_json()
   block = readme_table.render(results)
   assert 'PARTIAL' not in block  # every pre-registered seed has run
   assert block in (root / 'README.md').read_text()
+
+
+@pytest.mark.slow
+def test_readme_headline_regenerates_from_the_archived_runs(tmp_path):
+  """The 140 archived headline runs (archive.tar.xz) give the README's block again."""
+  from studies.allocator_comparison.headline import archive_runs, readme_table
+  root = Path(__file__).resolve().parents[2]
+  assert archive_runs.restore(str(tmp_path / 'runs')) == 140
+  subprocess.run(
+      [sys.executable, '-m', 'sgpo_jax.compare', 'report', '--runs-dir', str(tmp_path / 'runs'),
+       '--regimes', 'paper_like,default,small_pool',
+       '--arms', 'grpo,dapo,dapo_g4,greso,knapsack,sgpo,sgpo_bayes_g24', '--seeds', '100-104',
+       '--regime-seeds', 'paper_like=100-109', '--results-dir', str(tmp_path / 'out')],
+      cwd=root, check=True, capture_output=True, timeout=1200)
+  results = json.loads((tmp_path / 'out' / 'compare.json').read_text())
+  assert readme_table.render(results) in (root / 'README.md').read_text()
