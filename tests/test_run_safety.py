@@ -516,6 +516,7 @@ def test_allowed_learning_rate_change_resumes_and_is_recorded(e2e, tmp_path):
   assert [strip(r) for r in changed[:6]] == [strip(r) for r in full[:6]]
 
 
+@pytest.mark.slow
 def test_second_run_on_a_locked_workdir_stops_at_once_naming_the_holder(tmp_path):
   workdir = str(tmp_path / 'run')
   holder = subprocess.Popen(
@@ -536,6 +537,7 @@ def test_second_run_on_a_locked_workdir_stops_at_once_naming_the_holder(tmp_path
   assert sorted(os.listdir(workdir)) == ['run.lock']  # nothing else written
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('args,expected', [
     (('--config.train.learning_rate=inf',),
      'error: config.train.learning_rate=inf is not finite; give a finite number.'),

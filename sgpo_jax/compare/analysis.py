@@ -23,7 +23,7 @@ HEADLINE_REGIME, HEADLINE_ARM = 'paper_like', 'sgpo_bayes_g24'  # the recommende
 HEAD_TO_HEAD = ('sgpo_bayes_g24', 'dapo_g4')
 
 # ----------------------------------------------------------------------------------------
-# Curves and the statistics (pure functions: tests/test_compare.py)
+# Curves and the statistics (pure functions: tests/compare/test_compare.py)
 
 
 def read_curve(workdir: str) -> tuple[np.ndarray, np.ndarray]:

@@ -39,7 +39,9 @@ def run_diagnostics(workdir: str) -> dict[str, float]:
   with open(os.path.join(workdir, 'metrics.jsonl')) as f:
     rows = [r for r in map(json.loads, f) if 'reward_mean' in r]
   flops = summary['flops']
-  spent = flops['total']  # the budgeted FLOPs: eval is tracked apart, outside the total
+  spent = flops['total']
+  # Archived runs (studies/.../archive_runs.py before it kept the field) lack padding: blank.
+  padding = [r['padding_fraction'] for r in rows if 'padding_fraction' in r]  # the budgeted FLOPs: eval is tracked apart, outside the total
   out = {
       'final_acc': 100 * summary['eval_accuracy_final'],
       'profile_share': flops.get('profile', 0.0) / spent,
@@ -49,8 +51,8 @@ def run_diagnostics(workdir: str) -> dict[str, float]:
       'train_rounds_per_step': float(np.mean([r.get('train_rounds', r.get('rounds', 1))
                                               for r in rows])),
       'trained_all_equal': float(np.mean([r.get('frac_zero_std', np.nan) for r in rows])),
-      'padding': float(np.mean([r['padding_fraction'] for r in rows])),
-      'sparse_steps': sparse_share([r['padding_fraction'] for r in rows]),
+      'padding': float(np.mean(padding)) if padding else float('nan'),
+      'sparse_steps': sparse_share(padding),
       'steps': float(len(rows)),
       'wall_s': run_wall_seconds(summary),
   }

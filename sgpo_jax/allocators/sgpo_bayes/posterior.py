@@ -1,6 +1,6 @@
 """The math of `method=sgpo_bayes`: a Beta posterior per prompt -> profile stops, G, revisits.
 
-Pure numpy functions, pinned by hand-computed tests (tests/test_bayes.py); the allocator
+Pure numpy functions, pinned by hand-computed tests (tests/allocators/test_bayes.py); the allocator
 that iterates them over a run is `allocator.BayesAllocator`.
 
 A prompt's success rate p under the current policy gets a Beta(a, b) posterior: a prior

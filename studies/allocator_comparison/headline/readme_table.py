@@ -5,7 +5,7 @@
 Prints the markdown: per arm and regime, final accuracy and FLOPs to DAPO's final accuracy as
 a ratio vs DAPO with its 95% interval, then the pre-registered verdicts (PREREGISTERED.md):
 does the recommended allocator save compute vs DAPO, does it separate from DAPO at G=4, does
-the paper's sGPO reproduce the paper's saving vs GRPO. tests/test_studies.py checks that the
+the paper's sGPO reproduce the paper's saving vs GRPO. tests/project/test_studies.py checks that the
 README holds exactly this text.
 """
 

@@ -2,12 +2,22 @@
 # The headline report from the sweep's finished runs (no runs started): compare.json,
 # compare.md, plots/ and diagnostics_<regime>.md beside this file, all three regimes in one
 # table, each with its pre-registered seeds (PREREGISTERED.md):
-#   bash studies/allocator_comparison/headline/report.sh RUNS
-# RUNS: the sweep's runs folder (sweep.sh fills it; archive_runs.py restore rebuilds it from
-# archive/ on any machine).
+#   bash studies/allocator_comparison/headline/report.sh [RUNS]
+# RUNS: the sweep's runs folder (sweep.sh fills it). Without it, the runs are restored from
+# archive.tar.xz beside this file into a temporary folder, removed at the end; the archive
+# lacks the padding rows, so the diagnostics are then printed (padding columns blank) and the
+# committed diagnostics_<regime>.md, made from the full runs, are left as they are.
 set -euo pipefail
-RUNS=${1:?runs dir}
 HERE=$(cd "$(dirname "$0")" && pwd)
+if [ $# -ge 1 ]; then
+  RUNS=$1
+  DIAG_OUT=$HERE
+else
+  RUNS=$(mktemp -d)
+  trap 'rm -rf "$RUNS"' EXIT
+  python "$HERE/archive_runs.py" restore "$RUNS" > /dev/null
+  DIAG_OUT=
+fi
 cd "$HERE/../../.."
 ARMS=grpo,dapo,dapo_g4,greso,knapsack,sgpo,sgpo_bayes_g24
 python -m sgpo_jax.compare report --runs-dir "$RUNS" --regimes paper_like,default,small_pool \
@@ -18,5 +28,5 @@ for regime in paper_like default small_pool; do
   seeds=100-104
   [ "$regime" = paper_like ] && seeds=100-109
   python -m sgpo_jax.compare diagnose --runs-dir "$RUNS" --regime "$regime" --arms "$ARMS" \
-    --seeds "$seeds" --out "$HERE/diagnostics_$regime.md"
+    --seeds "$seeds" ${DIAG_OUT:+--out "$DIAG_OUT/diagnostics_$regime.md"}
 done

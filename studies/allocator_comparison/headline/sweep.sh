@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The pre-registered headline sweep (PREREGISTERED.md), resumable across sittings and machines:
 #   bash studies/allocator_comparison/headline/sweep.sh RUNS CODE
-# RUNS: a runs folder (finished runs archived under archive/ here are restored into it first);
+# RUNS: a runs folder (finished runs archived in archive.tar.xz here are restored into it first);
 # CODE: a checkout of the pre-registered commit, passed to the runner as --code-dir.
 # Every finished run is archived here as it lands (archive_runs.py); a progress table is
 # regenerated under RUNS/progress/ after each run, and report.sh writes the headline report

@@ -1,0 +1,565 @@
+"""The comparison's moving parts: DAPO's FLOPs accounting against GRPO, the FLOPs budget
+stop, the embedded default learning end to end, and the comparison runner's smoke mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from sgpo_jax.config import defaults as default_config
+from sgpo_jax import train
+from tests.test_train import read_jsonl, tiny_run_config
+
+from sgpo_jax.compare import analysis, arms, runner
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _step_rows(workdir):
+  return [r for r in read_jsonl(os.path.join(workdir, 'metrics.jsonl')) if 'reward_mean' in r]
+
+
+@pytest.fixture(scope='module')
+def grpo_and_dapo(tmp_path_factory):
+  out = {}
+  for method in ('grpo', 'dapo'):
+    config = tiny_run_config(method, num_steps=4)
+    config.grpo.group_size = config.dapo.group_size = 8
+    config.dapo.max_rounds = 3
+    # The padded step: it charges one [R, T] rectangle per RL step whatever the rounds, which
+    # the test below checks (the packed step's real-token ledger:
+    # tests/rl/test_sequence_packing.py).
+    config.train.packing = False
+    workdir = str(tmp_path_factory.mktemp(method))
+    out[method] = (workdir, train.run(config, workdir, show_progress=False))
+  return out
+
+
+@pytest.mark.slow
+def test_dapo_counts_every_generation_round(grpo_and_dapo):
+  grpo_dir, grpo = grpo_and_dapo['grpo']
+  dapo_dir, dapo = grpo_and_dapo['dapo']
+  assert grpo['steps'] == dapo['steps'] == 4
+  rows = _step_rows(dapo_dir)
+  rounds = [r['rounds'] for r in rows]
+  assert all(1 <= k <= 3 for k in rounds)
+  for r in rows:
+    # Every valid generated row is either trained on or counted as discarded.
+    assert r['dapo_discarded_rows'] + 16 * (1 - r['padding_fraction']) == \
+        pytest.approx(16 * r['rounds'])
+  # Same sampler, same rows per round: rollout FLOPs scale with the rounds run. The sampler
+  # may stop decoding early when every row is done, so allow a little slack per round.
+  per_round = grpo['flops']['rollout'] / grpo['steps']
+  assert dapo['flops']['rollout'] == pytest.approx(per_round * sum(rounds), rel=0.3)
+  if sum(rounds) > len(rounds):
+    assert dapo['flops']['rollout'] > grpo['flops']['rollout']
+  # Training FLOPs do not depend on the rounds: one [R, T] step per RL step.
+  assert dapo['flops']['train'] == pytest.approx(grpo['flops']['train'])
+
+
+@pytest.mark.slow
+def test_flops_budget_stops_the_loop(tmp_path):
+  config = tiny_run_config('grpo', num_steps=50)
+  config.grpo.group_size = 4
+  config.train.flops_budget = 2.5e8  # ~4.6 tiny steps of 5.5e7 FLOPs
+  summary = train.run(config, str(tmp_path), show_progress=False)
+  assert summary['steps'] < 50
+  assert summary['stop_reason'].startswith('flops budget')
+  rows = _step_rows(str(tmp_path))
+  assert rows[-1]['flops_total'] >= 2.5e8 > rows[-2]['flops_total']
+  assert 'eval_accuracy' in rows[-1]  # the stopping step is always evaluated
+  assert summary['eval_accuracy_final'] == rows[-1]['eval_accuracy']
+
+
+def test_eval_due_at_every_steps_and_at_each_budget_fraction_crossed():
+  def due(step, before, after):
+    return train.eval_due(step, 5, (0.1, 0.2, 0.25, 1.0), 100.0, before, after)
+
+  assert due(5, 0.0, 1.0)  # every_steps
+  assert not due(1, 0.0, 9.9)
+  assert due(2, 9.9, 10.0)  # reaches 10% exactly
+  assert not due(3, 10.0, 19.0)  # 10% was crossed by the step before
+  assert due(4, 19.0, 26.0)  # crosses 20% and 25% in one step: one eval
+  assert not due(6, 26.0, 99.0)
+  assert due(7, 99.0, 100.5)
+  assert not train.eval_due(3, 5, (0.5,), 0.0, 0.0, 1e9)  # no budget: no fractions
+
+
+@pytest.mark.slow
+def test_a_budgeted_run_evaluates_where_it_crosses_each_fraction(tmp_path):
+  config = tiny_run_config('grpo', num_steps=50)
+  config.grpo.group_size = 4
+  config.train.flops_budget = 5.5e8  # ~10 tiny steps
+  config.eval.every_steps = 1000
+  config.eval.at_budget_fractions = (0.05, 0.3, 0.35, 0.6, 1.0)
+  summary = train.run(config, str(tmp_path), show_progress=False)
+  rows = _step_rows(str(tmp_path))
+  flops = [0.0] + [r['flops_total'] for r in rows]
+  want = [i + 1 for i in range(len(rows))
+          if any(flops[i] < f * 5.5e8 <= flops[i + 1] for f in config.eval.at_budget_fractions)]
+  got = [r['step'] for r in rows if 'eval_accuracy' in r]
+  assert got == want and len(got) >= 3 and got[-1] == summary['steps']
+  assert rows[0]['step'] in got  # the first step crosses 5%
+
+
+def default_learning_config(cache_dir: str):
+  """The embedded default with its own warm start (cached: ~2 CPU minutes once), RL on a
+  1024-query prefix of the pool for 40 steps: a few CPU minutes, and still learning."""
+  c = default_config.get_config()
+  c.warm_start.cache_dir = cache_dir
+  c.data.rl_pool_size = 1024
+  c.train.num_steps = 40
+  c.eval.every_steps = 20
+  c.checkpoint.every_steps = 100
+  return c
+
+
+@pytest.mark.slow
+def test_default_config_learns_end_to_end(tmp_path):
+  cache = os.path.join(os.environ.get('SGPO_TEST_CACHE', '/tmp'), 'sgpo_test_default_ws')
+  summary = train.run(default_learning_config(cache), str(tmp_path), show_progress=False)
+  assert summary['steps'] == 40
+  # sgpo_bayes profiles adaptively inside the RL loop: at most the pool, at least one batch.
+  assert 0 < summary['allocator']['profiled_queries'] <= 1024
+  assert summary['allocator']['train_groups'] > 0
+  assert summary['padding_fraction'] < 0.05
+  assert summary['eval_accuracy_final'] > summary['eval_accuracy_initial'] + 0.02, summary
+
+
+@pytest.mark.slow
+def test_compare_smoke_writes_every_field(tmp_path):
+  cmd = [sys.executable, '-m', 'sgpo_jax.compare', 'run', '--smoke', '--bootstrap', '50',
+         '--results-dir', str(tmp_path / 'results'), '--runs-dir', str(tmp_path / 'runs'),
+         '--cache-dir', os.path.join(os.environ.get('SGPO_TEST_CACHE', '/tmp'),
+                                     'sgpo_test_warm_start')]
+  proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500,
+                        env=dict(os.environ, PYTHONPATH=REPO))
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  results = tmp_path / 'results'
+  with open(results / 'compare.json') as f:
+    out = json.load(f)
+  for key in ('flops_ratio_vs_grpo', 'flops_ratio_vs_dapo', 'final_accuracy', 'regimes',
+              'command'):
+    assert key in out, key
+  block = out['regimes']['smoke']
+  assert set(block['arms']) == set(arms.ARMS)
+  assert block['seeds_planned'] == [0]
+  assert block['head_to_head']['verdict'] in ('ahead', 'behind', 'does not separate')
+  for arm in block['arms'].values():
+    for key in ('flops_to_target', 'ratio_vs_grpo', 'ratio_vs_dapo', 'final_accuracy', 'auc',
+                'seeds', 'trivial_fraction', 'unsolved_fraction', 'epochs_grpo'):
+      assert key in arm, key
+    assert set(arm['final_accuracy']) >= {'mean', 'std'}
+    assert arm['seeds'] == [0]
+    assert arm['flops_total_mean'] >= block['flops_budget']  # every run spent the budget
+  assert block['arms']['sgpo']['flops_profile_mean'] > 0
+  assert (results / 'compare.md').exists()
+  assert (results / 'plots' / 'compare_smoke.png').exists()
+  # A second call finds every run finished: nothing reruns.
+  again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, PYTHONPATH=REPO))
+  assert again.returncode == 0 and '[compare] smoke/' not in again.stdout
+
+
+# ----------------------------------------------------------------------------------------
+# The protocol's statistics on hand-made curves
+
+
+def test_first_reach_is_where_the_curve_reaches_and_holds_the_target():
+  grid = np.arange(6.0)
+  # Crosses 0.5 between 2 (0.4) and 3 (0.6): at 2.5; the bump at 1 fell back, so it does not count.
+  assert analysis.first_reach(grid, np.array([0, .6, .4, .6, .7, .8]), 0.5) == pytest.approx(2.5)
+  # Reached at the last point only: 4 + 0.5 / 0.9 of the way to 5.
+  assert analysis.first_reach(grid, np.array([0, 0, 0, 0, 0, .9]), 0.5) == pytest.approx(4 + 5 / 9)
+  assert analysis.first_reach(grid, np.zeros(6), 0.5) == float('inf')
+  # Ends below the target: never, however long it was above before.
+  assert analysis.first_reach(grid, np.array([0, .6, .6, .6, .6, .4]), 0.5) == float('inf')
+  # Nothing defined before: no interpolation, the grid point itself.
+  assert analysis.first_reach(grid, np.array([0, np.nan, .6, .6, .6, .6]), 0.5) == 2.0
+  assert analysis.first_reach(grid, np.full(6, .7), 0.5) == 0.0
+  # A late dip moves the crossing past it: 7 + 0.1 / 0.2.
+  curve = np.array([0, .6, .6, .6, .6, .6, .6, .4, .6, .6, .6])
+  assert analysis.first_reach(np.arange(11.0), curve, 0.5) == pytest.approx(7.5)
+
+
+def test_grid_is_log_spaced_from_a_fraction_of_the_budget_to_the_budget():
+  grid = analysis.make_grid(1.5e12)
+  assert grid[0] == 0.0 and grid[-1] == pytest.approx(1.5e12)
+  assert grid[1] == pytest.approx(1.5e12 / analysis.GRID_SPAN)
+  steps = grid[2:] / grid[1:-1]
+  assert np.allclose(steps, steps[0]) and steps[0] < 1.02  # ratios resolved to ~2%
+
+
+def test_ratio_conventions():
+  assert analysis.ratio(6.0, 3.0) == 2.0
+  assert analysis.ratio(float('inf'), 3.0) == float('inf')  # only the arm reaches
+  assert analysis.ratio(3.0, float('inf')) == 0.0
+  assert np.isnan(analysis.ratio(float('inf'), float('inf')))
+
+
+def _linear_curves(slopes, grid):
+  return np.asarray([np.clip(s * grid, 0, 1) for s in slopes])
+
+
+def test_bootstrap_recovers_a_known_ratio_with_a_tight_interval():
+  # The arm learns exactly twice as fast as GRPO on every seed: every resample gives 2x.
+  grid = np.linspace(0, 10, 51)
+  grpo = _linear_curves([0.08, 0.08, 0.08], grid)  # reaches 0.8 at the budget
+  fast = _linear_curves([0.16, 0.16, 0.16], grid)
+  curves = {'grpo': grpo, 'fast': fast}
+  finals = {'grpo': grpo[:, -1], 'fast': fast[:, -1]}
+  boot = analysis.bootstrap_flops(grid, curves, finals, num=200)
+  ratios = [analysis.ratio(g, f) for g, f in zip(boot['flops']['grpo'], boot['flops']['fast'])]
+  assert analysis.interval(np.array(ratios)) == pytest.approx([2.0, 2.0])
+  assert analysis.interval(boot['target']) == pytest.approx([0.8, 0.8])
+
+
+def test_bootstrap_interval_widens_with_seed_spread_and_covers_the_point():
+  grid = np.linspace(0, 10, 101)
+  grpo = _linear_curves([0.08, 0.08, 0.08, 0.08, 0.08], grid)
+  arm = _linear_curves([0.10, 0.13, 0.16, 0.20, 0.25], grid)
+  curves = {'grpo': grpo, 'arm': arm}
+  finals = {a: c[:, -1] for a, c in curves.items()}
+  boot = analysis.bootstrap_flops(grid, curves, finals, num=400, seed=1)
+  ci = analysis.interval(np.array([analysis.ratio(g, f) for g, f in
+                                  zip(boot['flops']['grpo'], boot['flops']['arm'])]))
+  point = analysis.ratio(analysis.first_reach(grid, grpo.mean(0), 0.8),
+                        analysis.first_reach(grid, analysis.seed_mean(arm), 0.8))
+  assert ci[0] < point < ci[1]
+  # The slowest seed alone reaches 0.8 at 8.0 (ratio 1.25), the fastest at 3.2 (3.125).
+  assert 1.25 <= ci[0] and ci[1] <= 3.125 + 1e-9
+
+
+def test_interval_is_infinite_when_the_arm_often_misses():
+  samples = np.array([1.0] * 90 + [np.inf] * 10)
+  assert analysis.interval(samples) == [1.0, float('inf')]
+  assert analysis.interval(np.array([np.nan, np.nan])) is None
+
+
+def test_auc_is_mean_accuracy_over_the_budget():
+  grid = np.linspace(0, 4, 5)
+  assert analysis.auc(grid, np.array([0.0, .25, .5, .75, 1.0])) == pytest.approx(0.5)
+  assert analysis.auc(grid, np.full(5, 0.7)) == pytest.approx(0.7)
+
+
+def _fake_run(path, seed, xs, ys, method='grpo', wall=10.0):
+  os.makedirs(path, exist_ok=True)
+  with open(os.path.join(path, 'metrics.jsonl'), 'w') as f:
+    for x, y in zip(xs, ys):
+      f.write(json.dumps({'flops_total': x, 'eval_accuracy': y}) + '\n')
+  summary = {'seed': seed, 'method': method, 'eval_accuracy_initial': ys[0], 'steps': 10,
+             'flops': {'total': xs[-1], 'profile': 0.0}, 'padding_fraction': 0.0,
+             'wall_seconds': wall}
+  with open(os.path.join(path, 'summary.json'), 'w') as f:
+    json.dump(summary, f)
+
+
+def test_analyse_regime_on_hand_made_runs(tmp_path):
+  xs = np.linspace(0, 100, 11)
+  runs = {'grpo': [], 'dapo': [], 'fast': []}
+  for s in range(3):
+    for arm, slope in (('grpo', 0.005), ('dapo', 0.0075), ('fast', 0.01)):
+      path = str(tmp_path / f'{arm}_seed{s}')
+      _fake_run(path, s, xs, 0.2 + slope * xs, wall=20.0 if arm == 'fast' else 10.0)
+      runs[arm].append(path)
+  out = analysis.analyse_regime(runs, 100.0, num_bootstrap=100)
+  assert out['target_accuracy'] == pytest.approx(0.7)
+  a = out['arms']
+  assert a['grpo']['flops_to_target']['mean'] == pytest.approx(100.0)
+  assert a['fast']['flops_to_target']['mean'] == pytest.approx(50.0)
+  assert a['fast']['ratio_vs_grpo']['point'] == pytest.approx(2.0)
+  # DAPO crosses 0.7 at 66.7 FLOPs, interpolated between two grid points of a straight line.
+  assert a['fast']['ratio_vs_dapo']['point'] == pytest.approx((0.5 / 0.0075) / 50.0)
+  assert a['fast']['ratio_vs_grpo']['ci95'] == pytest.approx([2.0, 2.0])
+  assert a['fast']['final_accuracy']['mean'] == pytest.approx(1.2)
+  assert a['fast']['wall_ratio_vs_grpo'] == pytest.approx(2.0)
+  assert a['grpo']['auc'] == pytest.approx(0.45)
+  # At DAPO's final accuracy (0.95): DAPO reaches it at the budget, 'fast' at 75 FLOPs.
+  bar = a['fast']['at_dapo_final']
+  assert bar['target_accuracy'] == pytest.approx(0.95)
+  assert bar['flops_to_target']['mean'] == pytest.approx(75.0)
+  assert bar['ratio_vs_dapo']['point'] == pytest.approx(100.0 / 75.0)
+  assert a['grpo']['at_dapo_final']['flops_to_target']['mean'] is None  # never gets there
+
+
+def test_arms_and_seed_parsing():
+  assert arms.parse_seeds('0-2,5') == [0, 1, 2, 5]
+  name, (method, over) = arms.parse_arm('x=sgpo,sgpo.group_sizes=(4,8),profile.num_samples=2')
+  assert (name, method, over) == ('x', 'sgpo', {'sgpo.group_sizes': '(4,8)',
+                                                'profile.num_samples': 2})
+  entries = arms.run_entries(['a', 'b'], {'grpo': ('grpo', {}), 'dapo': ('dapo', {})},
+                                [0, 1], {})
+  assert [(e['seed'], e['regime'], e['arm']) for e in entries][:4] == [
+      (0, 'a', 'grpo'), (0, 'a', 'dapo'), (0, 'b', 'grpo'), (0, 'b', 'dapo')]
+
+
+def test_bucket_settled_only_when_no_remaining_sample_can_change_the_bucket():
+  from sgpo_jax.allocators.sgpo import allocation as sgpo
+  cfg = default_config.get_config().sgpo
+  for n in range(1, 9):
+    for c in range(n + 1):
+      finals = {sgpo.profile_bucket(c + extra, 8, cfg) for extra in range(8 - n + 1)}
+      expected = len(finals) == 1 and finals == {sgpo.profile_bucket(c, n, cfg)}
+      assert sgpo.bucket_settled(c, n, 8, cfg) == expected, (c, n)
+  assert not sgpo.bucket_settled(0, 7, 8, cfg)  # one more sample may still solve it
+  assert sgpo.bucket_settled(3, 5, 8, cfg)  # 3..6 of 8 are all G=2
+  assert sgpo.bucket_settled(7, 7, 8, cfg)  # 7/8 and 8/8 are both trivial
+
+
+@pytest.mark.slow
+def test_profile_early_stop_keeps_every_bucket_and_saves_flops(tmp_path):
+  from sgpo_jax.allocators.sgpo import allocation as sgpo
+  out = {}
+  for early in (False, True):
+    config = tiny_run_config('sgpo')
+    config.profile.early_stop = early
+    config.sgpo.trivial_threshold = 0.75
+    workdir = str(tmp_path / str(early))
+    summary = train.run(config, workdir, stop_after='profile', show_progress=False)
+    rows = {r['id']: r for r in read_jsonl(os.path.join(workdir, 'profile.jsonl'))}
+    out[early] = rows
+  assert out[True].keys() == out[False].keys()
+  saved = 0
+  for qi, full in out[False].items():
+    part = out[True][qi]
+    assert full['n_samples'] == 8 and 1 <= part['n_samples'] <= 8
+    assert sgpo.profile_bucket(part['n_correct'], part['n_samples'], config.sgpo) == \
+        sgpo.profile_bucket(full['n_correct'], 8, config.sgpo)
+    saved += 8 - part['n_samples']
+  del summary
+  assert saved >= 0
+
+
+def test_fill_phase_tail_tops_up_the_last_batch_of_a_phase():
+  from sgpo_jax import allocators
+  from sgpo_jax.allocators.sgpo import allocation as sgpo
+  profile = {'n_correct': [4] * 10 + [2] * 6 + [1] * 3, 'n_samples': [8] * 19}
+  out = {}
+  for fill in (False, True):
+    cfg = {'fill_phase_tail': fill, 'unsolved_keep_fraction': 0.0}
+    alloc = allocators.SGPOAllocator(sgpo.allocate(profile, cfg, 0), cfg, 16, 0, 19)
+    plans = [alloc.next_plan() for _ in range(6)]
+    out[fill] = [p.rows(16).padding_fraction for p in plans]
+    if fill:  # a cycle is 10 x G2 + 6 x G4 + 3 x G8 = 68 rows: all 19 queries in 6 batches
+      assert len({int(q) for p in plans for q in p.query_index}) == 19
+  assert max(out[False]) > 0  # the G2 phase's 20 rows leave a half-empty second batch
+  assert sum(out[True]) < sum(out[False])
+
+
+def test_runs_of_another_regime_definition_are_left_out(tmp_path):
+  base = {'data': {'num_eval': 2048}, 'model': {}, 'warm_start': {'steps': 1500, 'cache_dir': 'a'},
+          'train': {'flops_budget': 1e12, 'rows_per_batch': 64}, 'eval': {'every_steps': 12}}
+  moved = json.loads(json.dumps(base))
+  moved['data']['num_eval'] = 512  # an older definition of the same regime
+  for name, config in (('grpo_seed0', base), ('dapo_seed0', dict(base, warm_start={
+      'steps': 1500, 'cache_dir': 'b'})), ('dapo_seed1', moved)):
+    path = tmp_path / 'r' / name
+    _fake_run(str(path), 0, [0.0, 1e12], [0.2, 0.3])
+    (path / 'config.json').write_text(json.dumps(config))
+  runs = analysis.finished_runs(str(tmp_path), 'r', ['grpo', 'dapo'], [0, 1], log=lambda m: None)
+  assert [os.path.basename(w) for w in runs['dapo']] == ['dapo_seed0']  # cache_dir may differ
+
+
+def test_a_model_field_added_later_at_its_default_keeps_the_regime():
+  old = {'data': {'num_eval': 2048}, 'model': {'d_model': 128},
+         'warm_start': {'steps': 1500}, 'train': {'flops_budget': 1e12, 'rows_per_batch': 64},
+         'eval': {'every_steps': 12}}
+  new = json.loads(json.dumps(old))
+  new['model']['qk_norm'] = False  # the default: older runs behaved the same
+  assert analysis.regime_signature(old) == analysis.regime_signature(new)
+  new['model']['qk_norm'] = True
+  assert analysis.regime_signature(old) != analysis.regime_signature(new)
+
+
+def test_bayes_diagnostics_on_a_hand_made_run(tmp_path):
+  from sgpo_jax.compare import __main__ as cli
+  from sgpo_jax.compare import diagnostics as bayes_diagnostics
+  path = tmp_path / 'default' / 'sgpo_bayes_seed0'
+  os.makedirs(path)
+  rows = [{'step': 1, 'reward_mean': 0.5, 'padding_fraction': 0.0, 'rounds': 3,
+           'train_rounds': 2, 'frac_zero_std': 0.0, 'dapo_dropped_groups': 6,
+           'dapo_kept_groups': 10},
+          {'step': 2, 'reward_mean': 0.5, 'padding_fraction': 0.25, 'rounds': 2,
+           'train_rounds': 2, 'frac_zero_std': 0.0, 'dapo_dropped_groups': 2,
+           'dapo_kept_groups': 6}]
+  (path / 'metrics.jsonl').write_text(
+      '\n'.join(json.dumps(r) for r in [{'step': 0, 'eval_accuracy': 0.6}] + rows) + '\n')
+  (path / 'summary.json').write_text(json.dumps({
+      'eval_accuracy_final': 0.7, 'wall_seconds': 30.0, 'initial_policy': {'cached': True},
+      'flops': {'total': 100.0, 'profile': 10.0, 'rollout': 30.0, 'train': 60.0, 'eval': 80.0},
+      'allocator': {'overflow_groups': 3, 'refills_skipped': 1, 'revisits': 10,
+                    'revisits_back': 4}}))
+  d = bayes_diagnostics.run_diagnostics(str(path))
+  assert d['final_acc'] == pytest.approx(70.0)
+  # Shares of the budgeted total (eval is outside it).
+  assert (d['profile_share'], d['rollout_share'], d['train_share']) == (0.1, 0.3, 0.6)
+  assert d['calls_per_step'] == 2.5 and d['train_rounds_per_step'] == 2.0
+  assert d['rolled_all_equal'] == pytest.approx(8 / 24) and d['padding'] == 0.125
+  assert d['overflow_per_step'] == 1.5 and d['refills_skipped_per_step'] == 0.5
+  assert d['revisit_back_share'] == 0.4 and d['wall_s'] == 30.0
+  assert d['sparse_steps'] == 0.0 and 'epoch_cuts' not in d
+  assert bayes_diagnostics.sparse_share([0.0, 0.75, 0.9, 0.5]) == 0.5
+  out = tmp_path / 'diag.md'
+  assert cli.main(['diagnose', '--runs-dir', str(tmp_path), '--regime', 'default', '--arms',
+                   'sgpo_bayes', '--seeds', '0', '--out', str(out)]) == 0
+  assert '| sgpo_bayes | 1 | 70.0 | 10.0% | 30.0% | 60.0% | 2.50 | 2.00 | 33.3% |' \
+      in out.read_text()
+
+
+def test_a_run_locked_by_another_sweep_process_is_skipped_not_rerun(tmp_path):
+  """Two sweep processes over one runs dir: the second skips a run the first is running."""
+  import fcntl
+  entry = {'regime': 'paper_like', 'name': 'grpo_seed0', 'overrides': {'method': 'grpo'}}
+  workdir = tmp_path / 'paper_like' / 'grpo_seed0'
+  workdir.mkdir(parents=True)
+  logs = []
+  with open(workdir / runner.RUN_LOCK, 'w') as held:
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    # A lock held through another open file description blocks, as another process's would.
+    assert runner.run_one(entry, str(tmp_path), '/nonexistent-code-dir', logs.append) is None
+  assert 'another sweep process is running it' in logs[-1]
+  assert not (workdir / 'stdout.log').exists()  # nothing was started
+  (workdir / 'summary.json').write_text('{}')  # finished: reported done, not rerun
+  assert runner.run_one(entry, str(tmp_path), '/nonexistent-code-dir', logs.append) is True
+
+
+def test_runs_from_another_initial_policy_are_left_out_and_the_machine_is_reported(tmp_path):
+  # Same config, but dapo_seed1's warm start was built elsewhere: another SFT final loss
+  # and initial accuracy (as measured across two machines: 0.249 vs 0.312).
+  config = {'data': {'num_eval': 2048}, 'model': {}, 'warm_start': {'steps': 1500},
+            'train': {'flops_budget': 1e12, 'rows_per_batch': 64}, 'eval': {'every_steps': 12}}
+  env = {'cpu': {'model': 'Xeon', 'features': ['avx2', 'avx512f']},
+         'packages': {'jax': '0.10.2', 'jaxlib': '0.10.2', 'flax': '0.12.8'}}
+  for name, loss, initial in (('grpo_seed0', 0.249, 0.2), ('dapo_seed0', 0.249, 0.2),
+                              ('dapo_seed1', 0.312, 0.25)):
+    path = tmp_path / 'r' / name
+    _fake_run(str(path), 0, [0.0, 1e12], [initial, 0.3])
+    (path / 'config.json').write_text(json.dumps(config))
+    summary = json.loads((path / 'summary.json').read_text())
+    summary['initial_policy'] = {'final_loss': loss}
+    if name != 'dapo_seed0':
+      summary['environment'] = env
+    (path / 'summary.json').write_text(json.dumps(summary))
+  logs = []
+  runs = analysis.finished_runs(str(tmp_path), 'r', ['grpo', 'dapo'], [0, 1], log=logs.append)
+  assert [os.path.basename(w) for w in runs['dapo']] == ['dapo_seed0']
+  assert any('dapo_seed1: another initial policy' in m and '(0.312, 0.25) vs (0.249, 0.2)' in m
+             for m in logs)
+  line = analysis.machine_line(runs['grpo'] + runs['dapo'])
+  assert line == 'Xeon (avx2, avx512f), jax 0.10.2, jaxlib 0.10.2, flax 0.12.8 (1 runs without a record)'
+  assert analysis.machine_line([str(tmp_path / 'r' / 'dapo_seed0')]).startswith('machine not recorded')
+
+
+def test_environment_describes_versions_and_cpu(tmp_path):
+  from sgpo_jax.outputs import environment
+  cpuinfo = tmp_path / 'cpuinfo'
+  cpuinfo.write_text('processor : 0\nmodel name : Test CPU 9000\nflags : fpu sse avx2 fma amx_tile\n')
+  assert environment.cpu_info(str(cpuinfo)) == {'model': 'Test CPU 9000',
+                                                'features': ['amx_tile', 'avx2', 'fma']}
+  d = environment.describe()
+  assert d['packages']['jax'] and d['backend'] == 'cpu' and json.dumps(d)
+
+
+def test_cli_report_writes_the_compare_files_from_finished_runs_and_names_bad_arms(tmp_path,
+                                                                                    capsys):
+  from sgpo_jax.compare import __main__ as cli
+  config = {'data': {'num_eval': 2048, 'rl_pool_size': 0, 'num_train': 640}, 'model': {},
+            'warm_start': {'steps': 1500}, 'eval': {'every_steps': 12},
+            'train': {'flops_budget': 100.0, 'rows_per_batch': 64}, 'grpo': {'group_size': 8}}
+  xs = np.linspace(0, 100, 11)
+  for arm, slope in (('grpo', 0.005), ('dapo', 0.0075)):
+    for s in range(2):
+      path = tmp_path / 'runs' / 'paper_like' / f'{arm}_seed{s}'
+      _fake_run(str(path), s, xs, 0.2 + slope * xs, method=arm)
+      (path / 'config.json').write_text(json.dumps(config))
+  out = tmp_path / 'results'
+  args = ['--regimes', 'paper_like', '--arms', 'grpo,dapo', '--seeds', '0-1', '--runs-dir',
+          str(tmp_path / 'runs'), '--results-dir', str(out), '--bootstrap', '50']
+  assert cli.main(['report'] + args) == 0
+  results = json.loads((out / 'compare.json').read_text())
+  assert results['command'] == 'python -m sgpo_jax.compare report ' + ' '.join(args)
+  block = results['regimes']['paper_like']
+  assert set(block['arms']) == {'grpo', 'dapo'} and block['epochs_grpo'] == 10 * 8 / 640
+  # GRPO ends at 0.7; DAPO's line reaches it at 2/3 of the budget: 1.5x fewer FLOPs.
+  assert block['arms']['dapo']['ratio_vs_grpo']['point'] == pytest.approx(1.5, rel=0.03)
+  assert (out / 'compare.md').exists() and (out / 'plots' / 'compare_paper_like.png').exists()
+  with pytest.raises(SystemExit):
+    cli.main(['run', '--arms', 'grpo,nope', '--runs-dir', str(tmp_path / 'x')])
+  assert "--arms: unknown ['nope']" in capsys.readouterr().err
+  # No finished GRPO run: no report, a non-zero exit and the reason.
+  assert cli.main(['report', '--regimes', 'default', '--runs-dir', str(tmp_path / 'runs'),
+                   '--results-dir', str(tmp_path / 'none')]) == 1
+  assert 'no finished GRPO run' in capsys.readouterr().err
+
+
+def test_head_to_head_on_hand_made_finals_and_curves():
+  grid = np.linspace(0, 100, 101)
+  # Arm finals 0.80/0.82, control 0.70/0.72: +10 points, every resample agrees.
+  curves = {'arm': np.stack([np.minimum(grid / 50, 1) * f for f in (0.80, 0.82)]),
+            'ctl': np.stack([np.minimum(grid / 100, 1) * f for f in (0.70, 0.72)]),
+            'dapo': np.stack([np.minimum(grid / 100, 1) * f for f in (0.70, 0.72)])}
+  finals = {a: c[:, -1] for a, c in curves.items()}
+  boot = analysis.bootstrap_flops(grid, curves, finals, 'dapo', num=200, seed=1)
+  out = analysis.head_to_head(grid, curves, finals, 'arm', 'ctl', 0.71, boot, num=200)
+  assert out['final_accuracy_diff']['point'] == pytest.approx(0.10)
+  lo, hi = out['final_accuracy_diff']['ci95']
+  assert 0.08 - 1e-9 <= lo <= hi <= 0.12 + 1e-9
+  # 0.71 is reached by the arm's mean line (slope 0.81/50) at 43.8, by the control at 100.
+  assert out['flops_ratio_at_dapo_final']['point'] == pytest.approx(100 / (0.71 / 0.81 * 50),
+                                                                    rel=0.02)
+  assert out['verdict'] == 'ahead'
+  # Swapped: the same numbers from the other side.
+  back = analysis.head_to_head(grid, curves, finals, 'ctl', 'arm', 0.71, boot, num=200)
+  assert back['final_accuracy_diff']['point'] == pytest.approx(-0.10)
+  assert back['verdict'] == 'behind'
+  # Overlapping finals (0.70/0.80 vs 0.72/0.78) and no DAPO bar: no separation.
+  finals2 = {'arm': np.array([0.70, 0.80]), 'ctl': np.array([0.72, 0.78])}
+  tie = analysis.head_to_head(grid, curves, finals2, 'arm', 'ctl', None, None, num=200)
+  assert tie['final_accuracy_diff']['point'] == pytest.approx(0.0)
+  assert tie['flops_ratio_at_dapo_final']['point'] is None
+  assert tie['verdict'] == 'does not separate'
+
+
+def test_regime_seeds_plan_seed_major_runs_and_a_partial_report(tmp_path):
+  entries = arms.run_entries(['a', 'b'], {'grpo': ('grpo', {})}, [0, 1], {}, {'a': [0, 1, 2]})
+  assert [(e['seed'], e['regime']) for e in entries] == [(0, 'a'), (0, 'b'), (1, 'a'),
+                                                         (1, 'b'), (2, 'a')]
+  from sgpo_jax.compare import __main__ as cli
+  config = {'data': {'num_eval': 100, 'rl_pool_size': 0, 'num_train': 640}, 'model': {},
+            'warm_start': {'steps': 1500}, 'eval': {'every_steps': 12},
+            'train': {'flops_budget': 100.0, 'rows_per_batch': 64}, 'grpo': {'group_size': 8}}
+  xs = np.linspace(0, 100, 11)
+  for regime, seeds in (('paper_like', range(3)), ('default', range(2))):
+    for arm, slope in (('grpo', 0.005), ('dapo', 0.0075), ('dapo_g4', 0.007),
+                       ('sgpo_bayes_g24', 0.0075)):
+      for s in seeds:
+        if (regime, arm, s) == ('paper_like', 'dapo_g4', 2):
+          continue  # one planned run missing: the table says partial
+        path = tmp_path / 'runs' / regime / f'{arm}_seed{s}'
+        _fake_run(str(path), s, xs, 0.2 + (slope + 1e-4 * s) * xs, method=arm)
+        (path / 'config.json').write_text(json.dumps(config))
+  out = tmp_path / 'results'
+  assert cli.main(['report', '--regimes', 'paper_like,default', '--arms',
+                   'grpo,dapo,dapo_g4,sgpo_bayes_g24', '--seeds', '0-1', '--regime-seeds',
+                   'paper_like=0-2', '--runs-dir', str(tmp_path / 'runs'), '--results-dir',
+                   str(out), '--bootstrap', '50']) == 0
+  results = json.loads((out / 'compare.json').read_text())
+  pl, de = results['regimes']['paper_like'], results['regimes']['default']
+  assert pl['seeds_planned'] == [0, 1, 2] and de['seeds_planned'] == [0, 1]
+  assert pl['arms']['sgpo_bayes_g24']['seeds'] == [0, 1, 2]
+  assert pl['arms']['dapo_g4']['seeds'] == [0, 1]
+  assert results['headline'] == 'paper_like/sgpo_bayes_g24'
+  assert results['final_accuracy']['mean'] == pytest.approx(0.2 + 0.75 + 0.01)
+  h2h = de['head_to_head']
+  assert (h2h['arm'], h2h['control']) == ('sgpo_bayes_g24', 'dapo_g4')
+  assert h2h['final_accuracy_diff']['point'] == pytest.approx(0.05)
+  md = (out / 'compare.md').read_text()
+  assert '**Partial:** arms with fewer than the 3 planned seeds: dapo_g4 (2)' in md
+  assert 'Head-to-head, `sgpo_bayes_g24` vs `dapo_g4`' in md
+  with pytest.raises(SystemExit):
+    cli.main(['report', '--regimes', 'default', '--regime-seeds', 'nope=0-2'])

@@ -1,0 +1,60 @@
+"""Checkpoints of the per-layer layout (before the layers were scanned) restore stacked."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from conftest import params_for, tiny_config
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.outputs import checkpoint as checkpoint_lib
+
+
+def _per_layer(tree):
+  """Concrete stacked tree -> the per-layer layout, in every dict (params and moments)."""
+  def convert(x):
+    if not isinstance(x, dict):
+      return x
+    out = {k: convert(v) for k, v in x.items() if k != 'layers'}
+    if 'layers' in x:
+      n = jax.tree.leaves(x['layers'])[0].shape[0]
+      out.update({f'layers_{i}': jax.tree.map(lambda a, i=i: a[i], x['layers'])
+                  for i in range(n)})
+    return out
+  return jax.tree.map(convert, tree, is_leaf=lambda x: isinstance(x, dict))
+
+
+def test_stack_layers_inverts_the_per_layer_layout():
+  params = params_for(tiny_config(n_layers=3))
+  old = _per_layer(params)
+  assert sorted(old) == ['embedding', 'final_norm', 'layers_0', 'layers_1', 'layers_2']
+  assert model_lib.has_per_layer_layout(old) and not model_lib.has_per_layer_layout(params)
+  back = model_lib.stack_layers(old)
+  assert jax.tree.structure(back) == jax.tree.structure(params)
+  jax.tree.map(np.testing.assert_array_equal, back, params)
+
+
+@pytest.mark.slow
+def test_a_train_state_checkpoint_of_the_per_layer_layout_restores_stacked(tmp_path):
+  """Params and Adam moments saved per layer come back stacked, value for value."""
+  params = params_for(tiny_config(n_layers=3))
+  optimizer = optax.adam(1e-2)
+  opt_state = optimizer.init(params)
+  grads = jax.tree.map(lambda x: jnp.sin(x) + 1.0, params)
+  updates, opt_state = optimizer.update(grads, opt_state, params)
+  params = optax.apply_updates(params, updates)
+  state = {'params': params, 'opt_state': opt_state}
+  ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'ckpt'))
+  ckpt.save(3, _per_layer(state), {'step': 3})
+  ckpt.wait()
+  restored, meta = ckpt.restore(3, state)
+  assert meta['step'] == 3
+  assert jax.tree.structure(restored) == jax.tree.structure(state)
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
+               restored, state)
+  mu = restored['opt_state'][0].mu['layers']['attn']['q']['kernel']
+  assert mu.shape[0] == 3 and float(jnp.abs(mu[2]).max()) > 0
+  ckpt.close()
