@@ -16,7 +16,7 @@ this phrasing at the start, so answers are not cut off.
 Variants (`smollm2_135m_arith:method=grpo,rank=0,steps=2`):
   method=NAME    allocator (default grpo)
   rank=R         LoRA rank on every projection (default 16); 0 = full fine-tuning
-  steps=N        RL steps (default 60)
+  steps=N        RL steps (default 40)
 """
 
 import ml_collections
@@ -59,7 +59,7 @@ def set_smollm2_135m(c: ml_collections.ConfigDict) -> None:
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  args = parse_arg(arg, method='grpo', rank=16, steps=60)
+  args = parse_arg(arg, method='grpo', rank=16, steps=40)
   c = load_sibling_config(__file__, 'default').get_config()
   c.method = args['method']
   set_smollm2_135m(c)

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC = os.path.join(REPO, 'docs', 'your_task.md')
 FENCE = re.compile(r'^```(\S+)([^\n]*)\n(.*?)^```$', re.MULTILINE | re.DOTALL)
 # Appended to the doc's command: a tiny model and two steps, so CI finishes fast. Everything

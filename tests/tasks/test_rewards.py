@@ -231,7 +231,7 @@ def test_cli_trains_with_a_reward_from_the_working_directory(tmp_path):
   import os
   import subprocess
 
-  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   (tmp_path / 'cli_rewards.py').write_text(CLI_REWARDS)
   env = {**os.environ, 'PYTHONPATH': repo, 'JAX_PLATFORMS': 'cpu'}
 

