@@ -90,3 +90,20 @@ def test_export_keeps_special_token_ids_and_a_generation_config(tiny, tmp_path):
   generation = GenerationConfig.from_pretrained(out)
   assert generation.eos_token_id == eos and generation.pad_token_id == tok.pad_token_id
   assert AutoTokenizer.from_pretrained(out).chat_template
+
+
+def test_export_restores_a_checkpoint_with_optimizer_state(tmp_path):
+  """A run's state holds optax namedtuples: keystr names their fields `.mu`, a restore without
+  a target (export) hands them back as dict keys `['mu']`; the checksum still matches."""
+  import optax
+  params = {'w': np.arange(6, dtype=np.float32).reshape(2, 3)}
+  state = {'params': params, 'opt_state': optax.adamw(1e-3).init(params)}
+  ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'checkpoints'))
+  ckpt.save(4, state, {'step': 4})
+  ckpt.wait()
+  restored, meta = ckpt.restore(4, None)
+  ckpt.verify(restored, meta)
+  restored['params']['w'] = restored['params']['w'] + 1
+  with pytest.raises(ValueError, match='checksum mismatch'):
+    ckpt.verify(restored, meta)
+  ckpt.close()

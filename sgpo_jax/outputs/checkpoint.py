@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging as std_logging
 import os
+import re
 import threading
 import time
 from typing import Any
@@ -58,6 +59,15 @@ def _leaf_words_sum(x: jax.Array) -> jax.Array:
 
 
 _tree_checksum = jax.jit(lambda tree: jax.tree.map(_leaf_words_sum, tree))
+
+
+# keystr writes a namedtuple field (optax states) as `.count`; restored without a target (export)
+# the same leaf comes back under a dict key, `['count']`. Checksums compare in the dict form.
+_ATTRIBUTE_KEY = re.compile(r"(?<=\])\.([A-Za-z_]\w*)")
+
+
+def _comparable_paths(checksums: dict[str, int]) -> dict[str, int]:
+  return {_ATTRIBUTE_KEY.sub(r"['\1']", path): value for path, value in checksums.items()}
 
 
 def state_checksum(state: Any) -> dict[str, int]:
@@ -189,7 +199,7 @@ class Checkpointer:
     saved = meta.get(CHECKSUM_KEY)
     if saved is None:
       return
-    actual = state_checksum(state)
+    saved, actual = _comparable_paths(saved), _comparable_paths(state_checksum(state))
     bad = sorted(k for k in set(saved) | set(actual) if saved.get(k) != actual.get(k))
     if bad:
       raise ValueError(f'checksum mismatch in {len(bad)} arrays, e.g. {bad[0]}')

