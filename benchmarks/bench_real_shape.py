@@ -61,7 +61,7 @@ def _abstract_params(model_lib, cfg):
 def _sampler(cfg, rows, prompt_len, new_tokens):
   import ml_collections
   from sgpo_jax.generate import sampler as sampling
-  from sgpo_jax.model import sharding as sharding_lib
+  from sgpo_jax.parallel import sharding as sharding_lib
   from sgpo_jax.model import transformer as model_lib
   import jax
   mesh = sharding_lib.make_mesh(ml_collections.ConfigDict(

@@ -46,7 +46,7 @@ from sgpo_jax.model import flops  # noqa: E402
 from sgpo_jax.generate import sampler as sampling  # noqa: E402
 from sgpo_jax.rl import learner as learner_lib  # noqa: E402
 from sgpo_jax.model import transformer as model_lib  # noqa: E402
-from sgpo_jax.model import sharding as sharding_lib  # noqa: E402
+from sgpo_jax.parallel import sharding as sharding_lib  # noqa: E402
 from sgpo_jax.generate.evaluate import count_generation  # noqa: E402
 
 PAD, BOS, EOS = 0, 1, 2

@@ -88,7 +88,7 @@ def run_sgpo(args) -> dict:
   import ml_collections
   import numpy as np
   from sgpo_jax.generate import sampler as sampling
-  from sgpo_jax.model import sharding as sharding_lib
+  from sgpo_jax.parallel import sharding as sharding_lib
   from sgpo_jax.model import transformer as model_lib
 
   q = QWEN3_0_6B
@@ -99,7 +99,7 @@ def run_sgpo(args) -> dict:
       max_len=4096)
   mesh = sharding_lib.make_mesh(ml_collections.ConfigDict(
       {'shape': (1, 1, 1), 'axes': ('data', 'fsdp', 'tp')}), jax.devices()[:1])
-  params, shardings = sharding_lib.init_sharded_params(cfg, mesh, jax.random.key(0))
+  params, shardings = model_lib.init_sharded_params(cfg, mesh, jax.random.key(0))
   prompts = prompt_ids(args.rows, args.prompt_len)
   mask, ids = np.ones_like(prompts), np.arange(args.rows, dtype=np.int32)
   samplers = {}

@@ -28,7 +28,7 @@ import pytest
 
 from sgpo_jax import configs, train
 from sgpo_jax.config import check as config_check
-from sgpo_jax.config import errors
+from sgpo_jax import errors
 from sgpo_jax.config import resume as resume_lib
 from sgpo_jax.outputs import checkpoint as checkpoint_lib
 from sgpo_jax.outputs import lock as lock_lib

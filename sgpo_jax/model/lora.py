@@ -233,7 +233,7 @@ def _copy_tree(tree):
 def shardings(cfg: model_lib.ModelConfig, mesh, rules=None):
   """Shardings of `attach`'s output: each leaf from its logical names (a quantized kernel's
   values and scales take the kernel's names, with dimensions that do not divide replicated)."""
-  from sgpo_jax.model import sharding as sharding_lib
+  from sgpo_jax.parallel import sharding as sharding_lib
   rules = rules or sharding_lib.DEFAULT_RULES
   boxed = abstract_params(cfg)
   specs = nn.get_partition_spec(boxed)

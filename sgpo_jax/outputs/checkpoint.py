@@ -33,7 +33,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
-from sgpo_jax.config import errors
+from sgpo_jax import errors
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.outputs import paths
 

@@ -33,7 +33,7 @@ from sgpo_jax.rl import losses as grpo
 from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.rl import sequence_packing as packing_lib
-from sgpo_jax.model import sharding as sharding_lib
+from sgpo_jax.parallel import sharding as sharding_lib
 
 
 class NonFiniteError(FloatingPointError):

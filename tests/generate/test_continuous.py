@@ -130,7 +130,8 @@ def test_data_shards_give_the_one_device_completions():
       os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=4'
       import jax, numpy as np
       from sgpo_jax.generate import continuous
-      from sgpo_jax.model import sharding as sl, transformer as ml
+      from sgpo_jax.model import transformer as ml
+      from sgpo_jax.parallel import sharding as sl
       from tests.conftest import BOS, EOS, PAD, mesh_config, params_for, random_tokens, tiny_config
       cfg = tiny_config()
       prompts = [[BOS] + random_tokens(7 + i, n - 1, 16).tolist()

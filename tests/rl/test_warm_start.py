@@ -133,7 +133,7 @@ def _per_layer(params):
 
 
 def _target(config):
-  from sgpo_jax.model import sharding as sharding_lib
+  from sgpo_jax.parallel import sharding as sharding_lib
   from sgpo_jax.model import transformer as model_lib
   cfg = model_lib.ModelConfig.from_config(config.model)
   mesh = sharding_lib.make_mesh(config.mesh, jax.devices()[:1])
