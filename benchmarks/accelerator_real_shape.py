@@ -38,16 +38,16 @@ sys.path.insert(0, ROOT)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-
 from bench_accelerator import best_time  # noqa: E402  (this folder is on sys.path)
-from sgpo_jax.generate import engines  # noqa: E402
+
 from sgpo_jax import configs  # noqa: E402
 from sgpo_jax.config.args import load_config_module  # noqa: E402
-from sgpo_jax.planning import compiled_memory  # noqa: E402
-from sgpo_jax.parallel import devices  # noqa: E402
+from sgpo_jax.generate import engines  # noqa: E402
 from sgpo_jax.model import flops  # noqa: E402
-from sgpo_jax.parallel import sharding as sharding_lib  # noqa: E402
 from sgpo_jax.model import transformer as model_lib  # noqa: E402
+from sgpo_jax.parallel import devices  # noqa: E402
+from sgpo_jax.parallel import sharding as sharding_lib  # noqa: E402
+from sgpo_jax.planning import compiled_memory  # noqa: E402
 from sgpo_jax.rl import learner as learner_lib  # noqa: E402
 
 # A tiny model of the same structure (QK-norm, GQA, tied embeddings) for --smoke.

@@ -36,11 +36,11 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from sgpo_jax.config import defaults as default_config  # noqa: E402
-from sgpo_jax.model import flops  # noqa: E402
 from sgpo_jax.generate import sampler as sampling  # noqa: E402
-from sgpo_jax.rl import learner as learner_lib  # noqa: E402
+from sgpo_jax.model import flops  # noqa: E402
 from sgpo_jax.model import transformer as model_lib  # noqa: E402
 from sgpo_jax.parallel import sharding as sharding_lib  # noqa: E402
+from sgpo_jax.rl import learner as learner_lib  # noqa: E402
 
 # device kind substring -> (dense bf16 TFLOP/s, HBM GB/s), vendor data-sheet numbers.
 CHIPS = {

@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from sgpo_jax import configs
-from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.generate import sampler as sampling
+from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.parallel import sharding as sharding_lib
 
 PAD, BOS = 0, 1

@@ -148,12 +148,13 @@ def run_sgpo(args) -> dict:
   sys.path.insert(0, REPO)
   import jax
   import numpy as np
-  from sgpo_jax.generate import continuous as continuous_sampling
+
   from sgpo_jax.config import defaults as default_config
+  from sgpo_jax.generate import continuous as continuous_sampling
   from sgpo_jax.generate import sampler as sampling
-  from sgpo_jax.rl import learner as learner_lib
   from sgpo_jax.model import transformer as model_lib
   from sgpo_jax.parallel import sharding as sharding_lib
+  from sgpo_jax.rl import learner as learner_lib
 
   prompt_len, new_tokens = SHAPES[args.shape]
   rows = PROMPTS * SAMPLES

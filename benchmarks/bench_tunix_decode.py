@@ -87,9 +87,10 @@ def run_sgpo(args) -> dict:
   import jax
   import ml_collections
   import numpy as np
+
   from sgpo_jax.generate import sampler as sampling
-  from sgpo_jax.parallel import sharding as sharding_lib
   from sgpo_jax.model import transformer as model_lib
+  from sgpo_jax.parallel import sharding as sharding_lib
 
   q = QWEN3_0_6B
   cfg = model_lib.ModelConfig(

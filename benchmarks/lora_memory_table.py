@@ -17,8 +17,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sgpo_jax.planning import dry_run  # noqa: E402
 from sgpo_jax.model import transformer as model_lib  # noqa: E402
+from sgpo_jax.planning import dry_run  # noqa: E402
 
 ROWS, SEQ_LEN, RANK, ALPHA = 64, 1024, 16, 32.0
 WIDTHS = {  # Qwen2.5 *-Instruct config.json: tied embeddings, QKV bias

@@ -20,8 +20,8 @@ import os
 import ml_collections
 
 from sgpo_jax.model import lora as lora_lib
-from sgpo_jax.outputs import checkpoint as checkpoint_lib
 from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.outputs import checkpoint as checkpoint_lib
 
 
 def run_model_config(workdir: str) -> model_lib.ModelConfig:

@@ -33,36 +33,35 @@ from absl import logging
 from tqdm.auto import tqdm
 
 from sgpo_jax import allocators as allocators_lib
-from sgpo_jax import errors
-from sgpo_jax.config import resume as resume_lib
-from sgpo_jax.outputs import lock as lock_lib
-from sgpo_jax.outputs import checkpoint as checkpoint_lib
+from sgpo_jax import errors, tasks
 from sgpo_jax.config import check as config_check
+from sgpo_jax.config import resume as resume_lib
 from sgpo_jax.data import inputs as inputs_lib
 from sgpo_jax.data import loading as data_lib
-from sgpo_jax.planning import dry_run as dry_run_lib
-from sgpo_jax.outputs import environment
+from sgpo_jax.data import tokenizer as tokenizer_lib
 from sgpo_jax.generate import evaluate as evaluate_lib
+from sgpo_jax.generate import profiling as profile_lib
+from sgpo_jax.generate import sampling_dtype as sampling_dtype_lib
+from sgpo_jax.generate.continuous import ContinuousSampler
+from sgpo_jax.generate.engines import make_sampler, prompt_buckets
+from sgpo_jax.generate.sampler import Sampler
 from sgpo_jax.model import attention as attention_lib
 from sgpo_jax.model import flops as flops_lib
 from sgpo_jax.model import lora as lora_lib
-from sgpo_jax.rl import learner as learner_lib
-from sgpo_jax.rl import overlong as overlong_lib
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.outputs import checkpoint as checkpoint_lib
+from sgpo_jax.outputs import environment
+from sgpo_jax.outputs import lock as lock_lib
 from sgpo_jax.outputs import metrics as metrics_lib
 from sgpo_jax.outputs import paths as paths_lib
-from sgpo_jax.model import transformer as model_lib
-from sgpo_jax.generate import profiling as profile_lib
 from sgpo_jax.outputs import report as report_lib
-from sgpo_jax.pretrained import fetch as pretrained_fetch
-from sgpo_jax.parallel import sharding as sharding_lib
 from sgpo_jax.parallel import processes
-from sgpo_jax import tasks
-from sgpo_jax.data import tokenizer as tokenizer_lib
+from sgpo_jax.parallel import sharding as sharding_lib
+from sgpo_jax.planning import dry_run as dry_run_lib
+from sgpo_jax.pretrained import fetch as pretrained_fetch
+from sgpo_jax.rl import learner as learner_lib
+from sgpo_jax.rl import overlong as overlong_lib
 from sgpo_jax.rl import warm_start as warm_start_lib
-from sgpo_jax.generate.continuous import ContinuousSampler
-from sgpo_jax.generate.engines import make_sampler, prompt_buckets
-from sgpo_jax.generate import sampling_dtype as sampling_dtype_lib
-from sgpo_jax.generate.sampler import Sampler
 from sgpo_jax.scaling_law import early_stop as early_stop_lib
 from sgpo_jax.scaling_law import runs as scaling_law_runs
 

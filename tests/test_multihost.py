@@ -135,8 +135,7 @@ def test_launcher_stops_all_processes_when_one_fails(tmp_path):
 
 
 def test_single_process_helpers_are_identity(monkeypatch):
-  from sgpo_jax.parallel import sharding
-  from sgpo_jax.parallel import processes
+  from sgpo_jax.parallel import processes, sharding
   for key in DISTRIBUTED_ENV:
     monkeypatch.delenv(key, raising=False)
   assert not processes.initialize_distributed()

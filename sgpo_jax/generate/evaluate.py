@@ -12,8 +12,8 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from sgpo_jax.parallel import processes
 from sgpo_jax.generate.sampler import Sampler
+from sgpo_jax.parallel import processes
 
 
 def decode_rows(tokenizer, tokens_RxN: np.ndarray, mask_RxN: np.ndarray) -> list[str]:

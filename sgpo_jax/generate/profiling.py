@@ -22,10 +22,10 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from sgpo_jax.outputs import metrics as metrics_lib
-from sgpo_jax.parallel import processes
 from sgpo_jax.generate.evaluate import count_generation, decode_rows
 from sgpo_jax.generate.sampler import Sampler
+from sgpo_jax.outputs import metrics as metrics_lib
+from sgpo_jax.parallel import processes
 
 PROFILE_FILE = 'profile.jsonl'
 PROFILE_STREAM = 0x9F0F

@@ -203,8 +203,8 @@ def _splash_kernel(h: int, t: int, s: int, block_q: int, block_kv: int, interpre
   """The splash kernel of one row: H query heads, a causal [T, S] mask (query t sees keys
   s <= t), forward and backward blocks of the given sizes. Made once per shape (the mask's
   block structure is computed in numpy)."""
-  from jax.experimental.pallas.ops.tpu.splash_attention import (
-      splash_attention_kernel as splash, splash_attention_mask as splash_mask)
+  from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
+  from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as splash_mask
   mask = splash_mask.MultiHeadMask([splash_mask.CausalMask((t, s)) for _ in range(h)])
   blocks = splash.BlockSizes(
       block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv, block_q_dkv=block_q,

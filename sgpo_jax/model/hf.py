@@ -41,8 +41,8 @@ import numpy as np
 from jax.sharding import Mesh
 
 from sgpo_jax.model import transformer as model_lib
-from sgpo_jax.parallel import sharding as sharding_lib
 from sgpo_jax.parallel import processes
+from sgpo_jax.parallel import sharding as sharding_lib
 
 Params = Any
 ARCHITECTURES = {'qwen2': 'Qwen2ForCausalLM', 'qwen3': 'Qwen3ForCausalLM',

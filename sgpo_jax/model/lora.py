@@ -34,8 +34,14 @@ import numpy as np
 
 from sgpo_jax.model import flops as flops_lib
 from sgpo_jax.model import transformer as model_lib
-from sgpo_jax.model.lora_settings import (BASE_DTYPES, TARGETS, check, check_family,  # noqa: F401
-                                         enabled, parse_targets)
+from sgpo_jax.model.lora_settings import (  # noqa: F401
+  BASE_DTYPES,
+  TARGETS,
+  check,
+  check_family,
+  enabled,
+  parse_targets,
+)
 
 ADAPTER_SUFFIXES = ('_lora_a', '_lora_b')
 NF4_STORAGE = jnp.uint8  # orbax cannot write 4-bit arrays: nf4 codes are kept one per byte

@@ -15,8 +15,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from sgpo_jax.parallel import processes
 from sgpo_jax.outputs import paths
+from sgpo_jax.parallel import processes
 
 
 def to_jsonable(value: Any) -> Any:

@@ -31,9 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.parallel import devices
 from sgpo_jax.parallel import sharding as sharding_lib
-from sgpo_jax.model import transformer as model_lib
 
 # Shapes never depend on token ids, so the sampler is built with a stand-in tokenizer.
 _SHAPE_TOKENIZER = types.SimpleNamespace(stop_token_ids=[0], pad_id=0, bos_id=0)

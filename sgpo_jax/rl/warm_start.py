@@ -26,11 +26,11 @@ import orbax.checkpoint as ocp
 from absl import logging
 from tqdm.auto import tqdm
 
-from sgpo_jax.outputs import environment
-from sgpo_jax.model import transformer as model_lib
-from sgpo_jax.parallel import sharding as sharding_lib
-from sgpo_jax.parallel import processes
 from sgpo_jax import tasks
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.outputs import environment
+from sgpo_jax.parallel import processes
+from sgpo_jax.parallel import sharding as sharding_lib
 
 
 def cache_key(config) -> str:

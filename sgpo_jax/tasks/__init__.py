@@ -16,10 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from sgpo_jax.tasks.query import Query
 from sgpo_jax.tasks import arithmetic
-from sgpo_jax.tasks.rewards import (RewardError, RewardFn, check_reward_spec, get_reward_fn,
-                                    register_reward, registered_rewards, startup_check)
+from sgpo_jax.tasks.query import Query
+from sgpo_jax.tasks.rewards import (
+  RewardError,
+  RewardFn,
+  check_reward_spec,
+  get_reward_fn,
+  register_reward,
+  registered_rewards,
+  startup_check,
+)
 
 __all__ = ['RewardError', 'RewardFn', 'check_reward_spec', 'get_reward_fn', 'has_target_text',
            'register_reward', 'registered_rewards', 'startup_check', 'target_text']

@@ -8,10 +8,15 @@ import numpy as np
 import pytest
 
 from sgpo_jax import allocators
-from sgpo_jax.allocators.sgpo_bayes import posterior as bayes
-from sgpo_jax.config import defaults as default_config
 from sgpo_jax.allocators import Rollout
-from sgpo_jax.allocators.sgpo_bayes.allocator import CANDIDATE, DEPRIORITISED, BayesAllocator, BayesSettings
+from sgpo_jax.allocators.sgpo_bayes import posterior as bayes
+from sgpo_jax.allocators.sgpo_bayes.allocator import (
+  CANDIDATE,
+  DEPRIORITISED,
+  BayesAllocator,
+  BayesSettings,
+)
+from sgpo_jax.config import defaults as default_config
 
 TRIVIAL, UNSOLVED, COIN = 'trivial', 'unsolved', 'coin'
 

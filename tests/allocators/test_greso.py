@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from sgpo_jax import allocators
-from sgpo_jax.config import check as config_check
 from sgpo_jax.allocators.greso import rule as greso
 from sgpo_jax.allocators.greso.allocator import GRESOAllocator
+from sgpo_jax.config import check as config_check
 from sgpo_jax.config import defaults as default_config
 
 ALL1, ALL0, MIXED = [1, 1, 1, 1], [0, 0, 0, 0], [0, 1, 0, 1]

@@ -11,11 +11,10 @@ import sys
 import numpy as np
 import pytest
 
-from sgpo_jax.config import defaults as default_config
 from sgpo_jax import train
-from tests.test_train import read_jsonl, tiny_run_config
-
 from sgpo_jax.compare import analysis, arms, runner
+from sgpo_jax.config import defaults as default_config
+from tests.test_train import read_jsonl, tiny_run_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

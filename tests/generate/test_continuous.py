@@ -12,11 +12,11 @@ import textwrap
 import jax
 import numpy as np
 import pytest
-
 from conftest import BOS, EOS, PAD, random_tokens
+
 from sgpo_jax.generate import continuous as continuous_sampling
-from sgpo_jax.model import flops
 from sgpo_jax.generate import sampler as sampling
+from sgpo_jax.model import flops
 
 MAX_PROMPT, N_NEW = 8, 6
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

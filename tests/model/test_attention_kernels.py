@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from conftest import forward_fn, left_pad, params_for, random_tokens, tiny_config
+
 from sgpo_jax.model import attention
 from sgpo_jax.model import transformer as model_lib
 

@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 from conftest import forward_fn, mesh_config, params_for
 
+from sgpo_jax.generate import sampler as sampling_lib
 from sgpo_jax.model import hf
 from sgpo_jax.model import transformer as model_lib
-from sgpo_jax.generate import sampler as sampling_lib
 from sgpo_jax.parallel import sharding as sharding_lib
 
 VOCAB = 96

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from sgpo_jax.model import lora as lora_lib
-from sgpo_jax.parallel import sharding as sharding_lib
 from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.parallel import sharding as sharding_lib
 from sgpo_jax.rl import learner as learner_lib
 from tests.conftest import mesh_config, tiny_config
 from tests.rl.test_learner import make_batch, run_config

@@ -24,11 +24,20 @@ def _multi_device_results() -> dict:
   """Runs in the subprocess (8 fake devices): forward logits, greedy and sampled tokens, and
   parameter specs per mesh shape, plus the 1-device reference."""
   import jax
+  from conftest import (
+    BOS,
+    EOS,
+    PAD,
+    forward_fn,
+    left_pad,
+    mesh_config,
+    params_for,
+    random_tokens,
+    tiny_config,
+  )
 
-  from conftest import BOS, EOS, PAD, forward_fn, left_pad, mesh_config, params_for
-  from conftest import random_tokens, tiny_config
-  from sgpo_jax.model import transformer as model_lib
   from sgpo_jax.generate import sampler as sampling
+  from sgpo_jax.model import transformer as model_lib
   from sgpo_jax.parallel import sharding as sharding_lib
 
   assert len(jax.devices()) == 8, jax.devices()
@@ -213,8 +222,8 @@ def test_config_check_rejects_a_bad_auto_shape_before_any_device():
 
 def test_make_mesh_on_one_device():
   import jax
-
   from conftest import mesh_config
+
   from sgpo_jax.parallel import sharding as sharding_lib
   mesh = sharding_lib.make_mesh(mesh_config((-1, 1, 1)), jax.devices()[:1])
   assert dict(mesh.shape) == {'data': 1, 'fsdp': 1, 'tp': 1}

@@ -11,11 +11,11 @@ import jax
 import numpy as np
 import pytest
 
+from sgpo_jax.allocators import rows as rows_lib
 from sgpo_jax.config import defaults as default_config
 from sgpo_jax.model import transformer as model_lib
-from sgpo_jax.rl import learner as learner_lib
 from sgpo_jax.parallel import sharding as sharding_lib
-from sgpo_jax.allocators import rows as rows_lib
+from sgpo_jax.rl import learner as learner_lib
 from tests.conftest import mesh_config, tiny_config
 
 R, P, N = 16, 6, 5  # rows, max prompt len, new tokens

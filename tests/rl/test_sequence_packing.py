@@ -15,9 +15,9 @@ import pytest
 
 from sgpo_jax.model import flops as flops_lib
 from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.parallel import sharding as sharding_lib
 from sgpo_jax.rl import learner as learner_lib
 from sgpo_jax.rl import sequence_packing as packing_lib
-from sgpo_jax.parallel import sharding as sharding_lib
 from tests.conftest import mesh_config, tiny_config
 from tests.rl.test_learner import N, P, R, make_batch, run_config
 

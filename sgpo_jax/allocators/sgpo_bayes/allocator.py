@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sgpo_jax.allocators.sgpo_bayes import posterior as bayes
+from sgpo_jax.allocators import rows as rows_lib
 from sgpo_jax.allocators.base import (
   Allocator,
   BatchPlan,
@@ -50,8 +50,8 @@ from sgpo_jax.allocators.base import (
 )
 from sgpo_jax.allocators.dynamic_sampling import RoundBatchBuilder
 from sgpo_jax.allocators.rows import RowLayout
-from sgpo_jax.allocators import rows as rows_lib
 from sgpo_jax.allocators.settings import AllocatorSettings, require
+from sgpo_jax.allocators.sgpo_bayes import posterior as bayes
 
 _POOL_ORDER_STREAM = 0xBA7E5
 _REVISIT_STREAM = 0x2E71
