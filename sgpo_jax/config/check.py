@@ -121,10 +121,10 @@ def _check_wandb(project: str) -> None:
 def check_ranges(config: ml_collections.ConfigDict) -> None:
   """Value ranges and choices of the non-allocator sections."""
   from sgpo_jax import tasks  # the registries of names (no cycle: none imports us)
-  from sgpo_jax.data import loading as data
+  from sgpo_jax.data import loading as loading_lib
   from sgpo_jax.rl import losses
   d, s, t, es = config.data, config.sampling, config.train, config.train.early_stop
-  _choice('data.source', d.source, data.SOURCES)
+  _choice('data.source', d.source, loading_lib.SOURCES)
   tasks.check_reward_spec(d.reward)  # built-in name or module.path:function, importable
   _require(config.warm_start.steps <= 0 or bool(config.model.hf_path)
            or tasks.has_target_text(d),
