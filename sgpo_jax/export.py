@@ -14,6 +14,7 @@ base dequantized first; `--peft_out` also writes the adapters alone in the PEFT 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 
@@ -91,7 +92,6 @@ def export_run(workdir: str, out_dir: str, step: int | None = None, peft_out: st
 
 
 def main() -> None:
-  import argparse
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--workdir', required=True)
   parser.add_argument('--out', required=True)

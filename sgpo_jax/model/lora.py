@@ -25,6 +25,8 @@ adapters alone in the PEFT layout.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from typing import Any
 
 import flax.linen as nn
@@ -357,10 +359,7 @@ def peft_config(cfg: model_lib.ModelConfig, base_model: str) -> dict:
 
 def save_peft(cfg: model_lib.ModelConfig, params, out_dir: str, base_model: str = '') -> None:
   """adapter_model.safetensors + adapter_config.json in `out_dir`."""
-  import json
-  import os
-
-  from safetensors.numpy import save_file
+  from safetensors.numpy import save_file  # deferred: only an export writes safetensors
   os.makedirs(out_dir, exist_ok=True)
   save_file(peft_tensors(cfg, params), os.path.join(out_dir, 'adapter_model.safetensors'))
   with open(os.path.join(out_dir, 'adapter_config.json'), 'w') as f:

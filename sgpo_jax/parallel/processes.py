@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 
 def is_writer() -> bool:
@@ -28,7 +29,6 @@ def broadcast_from_writer(obj: Any) -> Any:
   """
   if jax.process_count() == 1:
     return obj
-  from jax.experimental import multihost_utils
   blob = np.frombuffer(json.dumps(obj).encode(), np.uint8) if is_writer() else None
   size = int(multihost_utils.broadcast_one_to_all(
       np.int64(0 if blob is None else blob.size)))
@@ -48,7 +48,6 @@ def score_across_processes(score_fn: Callable[[list, list], Any], completions: S
   n, count, me = len(completions), jax.process_count(), jax.process_index()
   if count == 1:
     return np.asarray(score_fn(list(completions), list(queries)), np.float32).reshape(n)
-  from jax.experimental import multihost_utils
   per = -(-n // count)
   lo, hi = min(n, me * per), min(n, (me + 1) * per)
   local = np.zeros(per, np.float32)

@@ -21,6 +21,8 @@ from typing import Any, Sequence
 import flax.linen as nn
 import jax
 import numpy as np
+import optax
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -146,7 +148,6 @@ def init_optimizer_state(optimizer, params) -> Any:
   """`optimizer.init(params)` on the params' mesh: moments take their parameter's sharding,
   everything else (step counts) is replicated. Left to itself jit puts a count on one device,
   which a multi-process jit rejects next to mesh-wide arrays."""
-  import optax
   mesh = jax.tree.leaves(params)[0].sharding.mesh
   shardings = optax.tree_map_params(
       optimizer, lambda _, s: s, jax.eval_shape(optimizer.init, params),
@@ -243,6 +244,5 @@ def replicate(mesh: Mesh, x: Any) -> Any:
 def to_host(x: Any) -> Any:
   """Global array -> numpy on every process (gathers across processes when needed)."""
   if jax.process_count() > 1:
-    from jax.experimental import multihost_utils
     return jax.tree.map(np.asarray, multihost_utils.process_allgather(x, tiled=True))
   return jax.tree.map(np.asarray, x)

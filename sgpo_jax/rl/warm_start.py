@@ -24,6 +24,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from absl import logging
+from flax import traverse_util
 from tqdm.auto import tqdm
 
 from sgpo_jax import tasks
@@ -313,7 +314,6 @@ def shipped_file(key: str, shipped_dir: str | None = None) -> str | None:
 
 def export_shipped(params, info: dict, key: str, shipped_dir: str | None = None) -> str:
   """Writes a warm start's params and build info as the shipped copy for cache key `key`."""
-  from flax import traverse_util
   from safetensors.numpy import save_file
   out = shipped_dir or SHIPPED_DIR
   os.makedirs(out, exist_ok=True)
@@ -330,7 +330,6 @@ def export_shipped(params, info: dict, key: str, shipped_dir: str | None = None)
 def load_shipped(path: str, target) -> tuple[Any, dict]:
   """(params laid out as `target`'s shapes, dtypes and shardings, the build's info plus
   shipped=True). A file whose tensors do not match the model raises, naming the tensor."""
-  from flax import traverse_util
   from safetensors.numpy import load_file
   flat = load_file(path)
   if any(name.startswith('layers_0/') for name in flat):  # shipped before the layers were scanned
