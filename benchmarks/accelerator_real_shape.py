@@ -19,9 +19,9 @@ the numbers follow the code. Prints a few lines, then one JSON object as the las
   MFU = model FLOPs (`model/flops.py`: train_flops_per_token over T - 1 targets; remat's
   recomputation is not model FLOPs) / step time / the chip's peak dense bf16 FLOP/s.
 - memory: `device.memory_stats()['peak_bytes_in_use']` after each phase (null on CPU),
-  next to `model/compiled_memory.py`'s compiled peak of the same programs (the dry run).
+  next to `planning/compiled_memory.py`'s compiled peak of the same programs (the dry run).
 
-Bandwidth and peak FLOP/s come from `model/devices.py` by device kind (H100 SXM 3.35 TB/s,
+Bandwidth and peak FLOP/s come from `parallel/devices.py` by device kind (H100 SXM 3.35 TB/s,
 H200 4.8 TB/s, 989 TFLOP/s bf16), or --hbm_gbps / --peak_tflops.
 """
 
@@ -38,16 +38,16 @@ sys.path.insert(0, ROOT)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-
 from bench_accelerator import best_time  # noqa: E402  (this folder is on sys.path)
-from sgpo_jax.generate import engines  # noqa: E402
+
 from sgpo_jax import configs  # noqa: E402
 from sgpo_jax.config.args import load_config_module  # noqa: E402
-from sgpo_jax.model import compiled_memory  # noqa: E402
-from sgpo_jax.model import devices  # noqa: E402
+from sgpo_jax.generate import engines  # noqa: E402
 from sgpo_jax.model import flops  # noqa: E402
-from sgpo_jax.model import sharding as sharding_lib  # noqa: E402
 from sgpo_jax.model import transformer as model_lib  # noqa: E402
+from sgpo_jax.parallel import devices  # noqa: E402
+from sgpo_jax.parallel import sharding as sharding_lib  # noqa: E402
+from sgpo_jax.planning import compiled_memory  # noqa: E402
 from sgpo_jax.rl import learner as learner_lib  # noqa: E402
 
 # A tiny model of the same structure (QK-norm, GQA, tied embeddings) for --smoke.
@@ -66,8 +66,8 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument('--micro_batches', type=int, default=1)
   p.add_argument('--repeats', type=int, default=3)
   p.add_argument('--no_predict', action='store_true', help="skip the dry run's compile")
-  p.add_argument('--peak_tflops', type=float, default=0.0, help='0: from model/devices.py')
-  p.add_argument('--hbm_gbps', type=float, default=0.0, help='0: from model/devices.py')
+  p.add_argument('--peak_tflops', type=float, default=0.0, help='0: from parallel/devices.py')
+  p.add_argument('--hbm_gbps', type=float, default=0.0, help='0: from parallel/devices.py')
   args = p.parse_args(argv)
   if args.smoke:
     args.decode_rows, args.prompt_len, args.new_tokens = 2, 8, 8
@@ -182,7 +182,7 @@ def main(argv=None) -> dict:
   if not args.no_predict:  # the dry run's compiled peaks for the train step's shapes
     predicted = compiled_memory.compile_programs(config, cfg, mesh)
     result['predicted_peak_bytes'] = {k: v['peak'] for k, v in predicted.items()}
-  params, shardings = sharding_lib.init_sharded_params(cfg, mesh, jax.random.key(0))
+  params, shardings = model_lib.init_sharded_params(cfg, mesh, jax.random.key(0))
   result.update(run_decode(args, config, cfg, mesh, params, shardings, hw))
   print(f"decode: {result['decode_tokens_per_second']} tok/s, roofline "
         f"{result['roofline_tokens_per_second']} tok/s", flush=True)

@@ -36,11 +36,11 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from sgpo_jax.config import defaults as default_config  # noqa: E402
-from sgpo_jax.model import flops  # noqa: E402
 from sgpo_jax.generate import sampler as sampling  # noqa: E402
-from sgpo_jax.rl import learner as learner_lib  # noqa: E402
+from sgpo_jax.model import flops  # noqa: E402
 from sgpo_jax.model import transformer as model_lib  # noqa: E402
-from sgpo_jax.model import sharding as sharding_lib  # noqa: E402
+from sgpo_jax.parallel import sharding as sharding_lib  # noqa: E402
+from sgpo_jax.rl import learner as learner_lib  # noqa: E402
 
 # device kind substring -> (dense bf16 TFLOP/s, HBM GB/s), vendor data-sheet numbers.
 CHIPS = {
@@ -105,7 +105,7 @@ def main(argv=None) -> dict:
 
   # ---------------------------------------------------------------- train step MFU
   train_cfg = model_lib.ModelConfig(param_dtype='float32', **fields)
-  params, shardings = sharding_lib.init_sharded_params(train_cfg, mesh, jax.random.key(0))
+  params, shardings = model_lib.init_sharded_params(train_cfg, mesh, jax.random.key(0))
   c = default_config.get_config()
   c.train.rows_per_batch = args.train_rows
   c.sampling.max_prompt_len = args.train_len // 2
@@ -137,7 +137,7 @@ def main(argv=None) -> dict:
 
   # ---------------------------------------------------------------- decode vs HBM roofline
   dec_cfg = model_lib.ModelConfig(param_dtype='bfloat16', **fields)
-  params, shardings = sharding_lib.init_sharded_params(dec_cfg, mesh, jax.random.key(1))
+  params, shardings = model_lib.init_sharded_params(dec_cfg, mesh, jax.random.key(1))
   prompts = rng.integers(3, args.vocab, (args.decode_rows, args.prompt_len)).astype(np.int32)
   mask = np.ones_like(prompts)
   ids = np.arange(args.decode_rows, dtype=np.int32)

@@ -18,9 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from sgpo_jax import configs
-from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.generate import sampler as sampling
-from sgpo_jax.model import sharding as sharding_lib
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.parallel import sharding as sharding_lib
 
 PAD, BOS = 0, 1
 
@@ -103,7 +103,7 @@ def main() -> None:
   cfg.validate()
   mesh = sharding_lib.make_mesh(config.mesh)
   start = time.perf_counter()
-  params, shardings = sharding_lib.init_sharded_params(cfg, mesh, jax.random.key(config.seed))
+  params, shardings = model_lib.init_sharded_params(cfg, mesh, jax.random.key(config.seed))
   jax.block_until_ready(params)
   init_s = time.perf_counter() - start
   n_params = sum(x.size for x in jax.tree.leaves(params))

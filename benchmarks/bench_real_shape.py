@@ -59,11 +59,12 @@ def _abstract_params(model_lib, cfg):
 
 
 def _sampler(cfg, rows, prompt_len, new_tokens):
-  import ml_collections
-  from sgpo_jax.generate import sampler as sampling
-  from sgpo_jax.model import sharding as sharding_lib
-  from sgpo_jax.model import transformer as model_lib
   import jax
+  import ml_collections
+
+  from sgpo_jax.generate import sampler as sampling
+  from sgpo_jax.model import transformer as model_lib
+  from sgpo_jax.parallel import sharding as sharding_lib
   mesh = sharding_lib.make_mesh(ml_collections.ConfigDict(
       {'shape': (1, 1, 1), 'axes': ('data', 'fsdp', 'tp')}), jax.devices()[:1])
   shardings = sharding_lib.param_shardings(model_lib.abstract_params(cfg), mesh)
@@ -218,6 +219,7 @@ def throughput(model_lib, layers, rows, new_tokens, train_rows=2, train_seq=256)
 
 def measure(args) -> dict:
   import jax
+
   from sgpo_jax.model import transformer as model_lib
   jax.config.update('jax_platforms', 'cpu')
   out = {'tree': os.path.dirname(os.path.dirname(model_lib.__file__))}

@@ -40,14 +40,14 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sgpo_jax.generate import continuous as continuous_sampling  # noqa: E402
 from sgpo_jax.config import defaults as default_config  # noqa: E402
-from sgpo_jax.model import flops  # noqa: E402
+from sgpo_jax.generate import continuous as continuous_sampling  # noqa: E402
 from sgpo_jax.generate import sampler as sampling  # noqa: E402
-from sgpo_jax.rl import learner as learner_lib  # noqa: E402
-from sgpo_jax.model import transformer as model_lib  # noqa: E402
-from sgpo_jax.model import sharding as sharding_lib  # noqa: E402
 from sgpo_jax.generate.evaluate import count_generation  # noqa: E402
+from sgpo_jax.model import flops  # noqa: E402
+from sgpo_jax.model import transformer as model_lib  # noqa: E402
+from sgpo_jax.parallel import sharding as sharding_lib  # noqa: E402
+from sgpo_jax.rl import learner as learner_lib  # noqa: E402
 
 PAD, BOS, EOS = 0, 1, 2
 

@@ -148,12 +148,13 @@ def run_sgpo(args) -> dict:
   sys.path.insert(0, REPO)
   import jax
   import numpy as np
-  from sgpo_jax.generate import continuous as continuous_sampling
+
   from sgpo_jax.config import defaults as default_config
+  from sgpo_jax.generate import continuous as continuous_sampling
   from sgpo_jax.generate import sampler as sampling
-  from sgpo_jax.rl import learner as learner_lib
   from sgpo_jax.model import transformer as model_lib
-  from sgpo_jax.model import sharding as sharding_lib
+  from sgpo_jax.parallel import sharding as sharding_lib
+  from sgpo_jax.rl import learner as learner_lib
 
   prompt_len, new_tokens = SHAPES[args.shape]
   rows = PROMPTS * SAMPLES
@@ -167,7 +168,7 @@ def run_sgpo(args) -> dict:
   c.train.loss_agg = 'seq_mean_token_mean'  # Tunix's default aggregation
   c.train.packing = bool(args.packing)
   mesh = sharding_lib.make_mesh(c.mesh, jax.devices()[:1])
-  params, shardings = sharding_lib.init_sharded_params(cfg, mesh, jax.random.key(0))
+  params, shardings = model_lib.init_sharded_params(cfg, mesh, jax.random.key(0))
   common = dict(max_prompt_len=prompt_len, max_new_tokens=new_tokens, stop_ids=[EOS],
                 pad_id=PAD, bos_id=BOS)
   if args.engine == 'continuous':

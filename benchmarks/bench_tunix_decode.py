@@ -87,9 +87,10 @@ def run_sgpo(args) -> dict:
   import jax
   import ml_collections
   import numpy as np
+
   from sgpo_jax.generate import sampler as sampling
-  from sgpo_jax.model import sharding as sharding_lib
   from sgpo_jax.model import transformer as model_lib
+  from sgpo_jax.parallel import sharding as sharding_lib
 
   q = QWEN3_0_6B
   cfg = model_lib.ModelConfig(
@@ -99,7 +100,7 @@ def run_sgpo(args) -> dict:
       max_len=4096)
   mesh = sharding_lib.make_mesh(ml_collections.ConfigDict(
       {'shape': (1, 1, 1), 'axes': ('data', 'fsdp', 'tp')}), jax.devices()[:1])
-  params, shardings = sharding_lib.init_sharded_params(cfg, mesh, jax.random.key(0))
+  params, shardings = model_lib.init_sharded_params(cfg, mesh, jax.random.key(0))
   prompts = prompt_ids(args.rows, args.prompt_len)
   mask, ids = np.ones_like(prompts), np.arange(args.rows, dtype=np.int32)
   samplers = {}

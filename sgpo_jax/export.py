@@ -14,14 +14,15 @@ base dequantized first; `--peft_out` also writes the adapters alone in the PEFT 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 
 import ml_collections
 
 from sgpo_jax.model import lora as lora_lib
-from sgpo_jax.outputs import checkpoint as checkpoint_lib
 from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.outputs import checkpoint as checkpoint_lib
 
 
 def run_model_config(workdir: str) -> model_lib.ModelConfig:
@@ -91,7 +92,6 @@ def export_run(workdir: str, out_dir: str, step: int | None = None, peft_out: st
 
 
 def main() -> None:
-  import argparse
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--workdir', required=True)
   parser.add_argument('--out', required=True)

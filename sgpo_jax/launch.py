@@ -17,6 +17,7 @@ process group and, on Linux, dies with the launcher, so nothing is left behind.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import signal
 import socket
@@ -46,7 +47,6 @@ def child_env(base: dict[str, str], process_id: int, num_processes: int, devices
 
 
 try:  # loaded here, not in the forked child, where dlopen could deadlock on another thread
-  import ctypes
   _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
 except (OSError, AttributeError):
   _PRCTL = None

@@ -27,7 +27,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from sgpo_jax.config import errors
+from sgpo_jax import errors
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
@@ -148,16 +148,16 @@ def run(argv) -> None:
   if len(argv) > 1:
     raise errors.ConfigError(f'unexpected arguments {argv[1:]}; flags need a leading --.')
   config = load_config()
-  from sgpo_jax.model import sharding
+  from sgpo_jax.parallel import processes
   # Before anything creates a jax backend: one controller per host (see README, multi-host).
-  sharding.initialize_distributed()
+  processes.initialize_distributed()
   from sgpo_jax import train
   from sgpo_jax.outputs import report
   workdir = FLAGS.workdir or f'runs/{config.method}_seed{config.seed}'
   summary = train.run(config, workdir, stop_after=None if FLAGS.stage == 'all' else FLAGS.stage,
-                      show_progress=sharding.is_writer(),
+                      show_progress=processes.is_writer(),
                       allow_config_change=tuple(FLAGS.allow_config_change))
-  if sharding.is_writer() and isinstance(summary, dict) and 'eval_accuracy_final' in summary:
+  if processes.is_writer() and isinstance(summary, dict) and 'eval_accuracy_final' in summary:
     print(report.result_line(workdir, summary), flush=True)
 
 

@@ -33,34 +33,35 @@ from absl import logging
 from tqdm.auto import tqdm
 
 from sgpo_jax import allocators as allocators_lib
-from sgpo_jax.config import errors
-from sgpo_jax.config import resume as resume_lib
-from sgpo_jax.outputs import lock as lock_lib
-from sgpo_jax.outputs import checkpoint as checkpoint_lib
+from sgpo_jax import errors, tasks
 from sgpo_jax.config import check as config_check
+from sgpo_jax.config import resume as resume_lib
 from sgpo_jax.data import inputs as inputs_lib
 from sgpo_jax.data import loading as data_lib
-from sgpo_jax.model import dry_run as dry_run_lib
-from sgpo_jax.outputs import environment
-from sgpo_jax.generate import evaluate as evaluate_lib
-from sgpo_jax.model import flops as flops_lib
-from sgpo_jax.model import lora as lora_lib
-from sgpo_jax.rl import learner as learner_lib
-from sgpo_jax.rl import overlong as overlong_lib
-from sgpo_jax.outputs import metrics as metrics_lib
-from sgpo_jax.outputs import paths as paths_lib
-from sgpo_jax.model import transformer as model_lib
-from sgpo_jax.generate import profiling as profile_lib
-from sgpo_jax.outputs import report as report_lib
-from sgpo_jax.pretrained import fetch as pretrained_fetch
-from sgpo_jax.model import sharding as sharding_lib
-from sgpo_jax import tasks
 from sgpo_jax.data import tokenizer as tokenizer_lib
-from sgpo_jax.rl import warm_start as warm_start_lib
+from sgpo_jax.generate import evaluate as evaluate_lib
+from sgpo_jax.generate import profiling as profile_lib
+from sgpo_jax.generate import sampling_dtype as sampling_dtype_lib
 from sgpo_jax.generate.continuous import ContinuousSampler
 from sgpo_jax.generate.engines import make_sampler, prompt_buckets
-from sgpo_jax.generate import sampling_dtype as sampling_dtype_lib
 from sgpo_jax.generate.sampler import Sampler
+from sgpo_jax.model import attention as attention_lib
+from sgpo_jax.model import flops as flops_lib
+from sgpo_jax.model import lora as lora_lib
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.outputs import checkpoint as checkpoint_lib
+from sgpo_jax.outputs import environment
+from sgpo_jax.outputs import lock as lock_lib
+from sgpo_jax.outputs import metrics as metrics_lib
+from sgpo_jax.outputs import paths as paths_lib
+from sgpo_jax.outputs import report as report_lib
+from sgpo_jax.parallel import processes
+from sgpo_jax.parallel import sharding as sharding_lib
+from sgpo_jax.planning import dry_run as dry_run_lib
+from sgpo_jax.pretrained import fetch as pretrained_fetch
+from sgpo_jax.rl import learner as learner_lib
+from sgpo_jax.rl import overlong as overlong_lib
+from sgpo_jax.rl import warm_start as warm_start_lib
 from sgpo_jax.scaling_law import early_stop as early_stop_lib
 from sgpo_jax.scaling_law import runs as scaling_law_runs
 
@@ -160,11 +161,11 @@ def setup(config, workdir: str, show_progress: bool = True,
       [len(tokenizer.encode_prompt(q.prompt)) for q in train_queries],
       prompt_buckets(config), s.max_prompt_len)[1])
   paths_lib.makedirs(paths_lib.join(workdir, 'plots'))
-  if sharding_lib.is_writer():
+  if processes.is_writer():
     resume_lib.record_changes(workdir, changes, checkpoint_lib.latest_step_on_disk(
         os.path.join(workdir, 'checkpoints')))
   metrics_lib.write_json(paths_lib.join(workdir, 'config.json'), config.to_dict())
-  if sharding_lib.is_writer():
+  if processes.is_writer():
     paths_lib.save_tokenizer(tokenizer, paths_lib.join(workdir, 'tokenizer'))
   params, shardings, init_info = warm_start_lib.initial_policy(
       config, model_cfg, mesh, tokenizer, train_queries, workdir, show_progress)
@@ -198,7 +199,7 @@ def run_profile(su: Setup, show_progress: bool = True) -> allocators_lib.Profile
 def allocate(su: Setup, profile: dict) -> allocators_lib.ProfileAllocation:
   """The allocator's allocation of `profile`; rewrites profile.jsonl with its fields."""
   allocation = allocators_lib.allocator_class(su.config.method).allocate(su.config, profile)
-  if sharding_lib.is_writer():
+  if processes.is_writer():
     path = paths_lib.join(su.workdir, profile_lib.PROFILE_FILE)
     sampled = profile_lib.read_profile(path)  # keep each query's FLOPs share for later runs
     records = [dict(r, **{k: v for k, v in sampled.get(r['id'], {}).items()
@@ -241,7 +242,7 @@ def rollout(su: Setup, params, layout, rng, category: str = 'rollout') -> alloca
   tokens[valid_rows], mask[valid_rows], logps[valid_rows] = (out.tokens_RxN, out.mask_RxN,
                                                             out.logprobs_RxN)
   queries = [su.train_queries[layout.row_query_index_R[r]] for r in valid_rows]
-  rewards[valid_rows] = sharding_lib.score_across_processes(
+  rewards[valid_rows] = processes.score_across_processes(
       su.reward_fn, evaluate_lib.decode_rows(tok, out.tokens_RxN, out.mask_RxN), queries)
   if config.train.overlong_penalty_len > 0:  # DAPO's soft overlong punishment
     rewards[valid_rows] += overlong_lib.soft_overlong_penalty_R(
@@ -545,7 +546,7 @@ def finalize(su: Setup, rs: RunState) -> dict:
   if hasattr(rs.allocator, 'summary'):  # an allocator's own diagnostics (sgpo_bayes)
     summary['allocator'] = rs.allocator.summary()
   metrics_lib.write_json(paths_lib.join(su.workdir, 'summary.json'), summary)
-  if sharding_lib.is_writer():
+  if processes.is_writer():
     report_lib.write_report(su.workdir, summary, rs.writer.rows, rs.allocation)
   closer = getattr(su.reward_fn, 'close', None)
   if closer is not None:
@@ -565,15 +566,15 @@ def run(config, workdir: str, stop_after: str | None = None, show_progress: bool
   """
   if config.dry_run:
     check_config(config)
-    with sharding_lib.run_mesh_context(config):
+    with attention_lib.run_mesh_context(config):
       return dry_run_lib.dry_run(config)
   check_config(config, jax.device_count())  # a bad config fails before the workdir exists
-  lock = lock_lib.WorkdirLock(workdir) if sharding_lib.is_writer() else None
+  lock = lock_lib.WorkdirLock(workdir) if processes.is_writer() else None
   if lock is not None:
     lock.acquire()
   try:
     # A multi-chip TPU traces under the mesh, so attention_impl=auto runs the splash kernel.
-    with sharding_lib.run_mesh_context(config):
+    with attention_lib.run_mesh_context(config):
       return _run_locked(config, workdir, stop_after, show_progress, after_step,
                          allow_config_change)
   except Exception as e:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from sgpo_jax.model import transformer as model_lib
-from sgpo_jax.model import sharding as sharding_lib
+from sgpo_jax.parallel import sharding as sharding_lib
 
 PAD, BOS, EOS = 0, 1, 2
 MESH_AXES = ('data', 'fsdp', 'tp')

@@ -14,8 +14,8 @@ import os
 import re
 import signal
 
-from absl import app, flags
 import orbax.checkpoint as ocp
+from absl import app, flags
 
 from sgpo_jax import main as main_lib
 from sgpo_jax import train

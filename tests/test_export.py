@@ -16,8 +16,8 @@ from conftest import mesh_config
 
 from sgpo_jax import export
 from sgpo_jax.model import hf
-from sgpo_jax.model import sharding as sharding_lib
 from sgpo_jax.outputs import checkpoint as checkpoint_lib
+from sgpo_jax.parallel import sharding as sharding_lib
 
 pytest.importorskip('torch')
 

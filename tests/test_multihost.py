@@ -135,12 +135,12 @@ def test_launcher_stops_all_processes_when_one_fails(tmp_path):
 
 
 def test_single_process_helpers_are_identity(monkeypatch):
-  from sgpo_jax.model import sharding
+  from sgpo_jax.parallel import processes, sharding
   for key in DISTRIBUTED_ENV:
     monkeypatch.delenv(key, raising=False)
-  assert not sharding.initialize_distributed()
-  assert sharding.broadcast_from_writer({'a': [1, 2]}) == {'a': [1, 2]}
-  rewards = sharding.score_across_processes(
+  assert not processes.initialize_distributed()
+  assert processes.broadcast_from_writer({'a': [1, 2]}) == {'a': [1, 2]}
+  rewards = processes.score_across_processes(
       lambda completions, queries: [float(c == q) for c, q in zip(completions, queries)],
       ['1', '2', '3'], ['1', '0', '3'])
   assert rewards.dtype == np.float32 and rewards.tolist() == [1.0, 0.0, 1.0]

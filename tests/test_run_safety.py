@@ -26,9 +26,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from sgpo_jax import configs, train
+from sgpo_jax import configs, errors, train
 from sgpo_jax.config import check as config_check
-from sgpo_jax.config import errors
 from sgpo_jax.config import resume as resume_lib
 from sgpo_jax.outputs import checkpoint as checkpoint_lib
 from sgpo_jax.outputs import lock as lock_lib

@@ -41,19 +41,34 @@ Adding an allocator `foo` (worked example: docs/architecture.md):
 3. Tests (plans, resume via `state_dict`).
 """
 
-from sgpo_jax.allocators.base import (Allocator, BatchPlan, EpochCursor, FilledBatch,
-                                      PlanAllocator, ProfileAllocation, Rollout, RolloutFn,
-                                      allocator_class, make_allocator, register_allocator,
-                                      registered, registered_settings)
-from sgpo_jax.allocators.dynamic_sampling import (RoundBatch, RoundBatchBuilder,
-                                                  keep_informative_groups)
-from sgpo_jax.allocators.settings import AllocatorSettings
+from sgpo_jax.allocators.base import (
+                                      Allocator,
+                                      BatchPlan,
+                                      EpochCursor,
+                                      FilledBatch,
+                                      PlanAllocator,
+                                      ProfileAllocation,
+                                      Rollout,
+                                      RolloutFn,
+                                      allocator_class,
+                                      make_allocator,
+                                      register_allocator,
+                                      registered,
+                                      registered_settings,
+)
+from sgpo_jax.allocators.dapo import DAPOAllocator, DAPOSettings
+from sgpo_jax.allocators.dynamic_sampling import (
+                                      RoundBatch,
+                                      RoundBatchBuilder,
+                                      keep_informative_groups,
+)
+from sgpo_jax.allocators.greso.allocator import GRESOAllocator
+
 # The registry: one line per allocator module.
 from sgpo_jax.allocators.grpo import GRPOAllocator, GRPOSettings  # noqa: I001
-from sgpo_jax.allocators.dapo import DAPOAllocator, DAPOSettings
-from sgpo_jax.allocators.sgpo.allocator import SGPOAllocator
-from sgpo_jax.allocators.greso.allocator import GRESOAllocator
 from sgpo_jax.allocators.knapsack.allocator import KnapsackAllocator
+from sgpo_jax.allocators.settings import AllocatorSettings
+from sgpo_jax.allocators.sgpo.allocator import SGPOAllocator
 from sgpo_jax.allocators.sgpo_bayes.allocator import BayesAllocator, BayesSettings
 
 __all__ = [

@@ -16,8 +16,14 @@ import numpy as np
 
 from sgpo_jax.allocators import dynamic_sampling
 from sgpo_jax.allocators import rows as rows_lib
-from sgpo_jax.allocators.base import (Allocator, BatchPlan, EpochCursor, FilledBatch,
-                                      RolloutFn, register_allocator)
+from sgpo_jax.allocators.base import (
+  Allocator,
+  BatchPlan,
+  EpochCursor,
+  FilledBatch,
+  RolloutFn,
+  register_allocator,
+)
 from sgpo_jax.allocators.pool_walk import take_pool_prompts
 from sgpo_jax.allocators.settings import AllocatorSettings, require
 

@@ -7,8 +7,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sgpo_jax.allocators.base import BatchPlan, EpochCursor, PlanAllocator, register_allocator
 from sgpo_jax.allocators import rows as rows_lib
+from sgpo_jax.allocators.base import BatchPlan, EpochCursor, PlanAllocator, register_allocator
 from sgpo_jax.allocators.pool_walk import take_pool_prompts
 from sgpo_jax.allocators.settings import AllocatorSettings, require
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -80,7 +81,6 @@ def first_reach(grid: np.ndarray, curve: np.ndarray, target: float) -> float:
 
 def seed_mean(curves_SxK: np.ndarray) -> np.ndarray:
   with np.errstate(all='ignore'):
-    import warnings
     with warnings.catch_warnings():
       warnings.simplefilter('ignore', category=RuntimeWarning)
       return np.nanmean(curves_SxK, axis=0)

@@ -9,6 +9,8 @@ the known keys.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from typing import Any
 
 _FALSE = ('', '0', 'false', 'no', 'off')
@@ -64,8 +66,6 @@ def load_config_module(path: str) -> Any:
   """The config file at `path` as a module (config files are loaded by path, as
   ml_collections' config_flags does, not imported as a package): e.g. `sgpo_jax/configs/regimes.py`
   for its REGIMES and get_config."""
-  import importlib.util
-  import os
   name = os.path.splitext(os.path.basename(path))[0]
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
@@ -76,6 +76,5 @@ def load_config_module(path: str) -> Any:
 def load_sibling_config(config_file: str, name: str) -> Any:
   """The module `name`.py from the directory of `config_file` (a config file's `__file__`),
   for a config that builds on another one."""
-  import os
   return load_config_module(os.path.join(os.path.dirname(os.path.abspath(config_file)),
                                          f'{name}.py'))

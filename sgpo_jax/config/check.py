@@ -121,10 +121,10 @@ def _check_wandb(project: str) -> None:
 def check_ranges(config: ml_collections.ConfigDict) -> None:
   """Value ranges and choices of the non-allocator sections."""
   from sgpo_jax import tasks  # the registries of names (no cycle: none imports us)
-  from sgpo_jax.data import loading as data
+  from sgpo_jax.data import loading as loading_lib
   from sgpo_jax.rl import losses
   d, s, t, es = config.data, config.sampling, config.train, config.train.early_stop
-  _choice('data.source', d.source, data.SOURCES)
+  _choice('data.source', d.source, loading_lib.SOURCES)
   tasks.check_reward_spec(d.reward)  # built-in name or module.path:function, importable
   _require(config.warm_start.steps <= 0 or bool(config.model.hf_path)
            or tasks.has_target_text(d),
@@ -134,7 +134,7 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
   _choice('data.bad_rows', d.bad_rows, ('error', 'skip'))
   _check_wandb(config.logging.wandb_project)
   _choice('tokenizer.kind', config.tokenizer.kind, ('char', 'hf'))
-  from sgpo_jax.model import devices
+  from sgpo_jax.parallel import devices
   _choice('dry_run_device', config.dry_run_device, ('',) + tuple(sorted(devices.DEVICES)))
   _choice('train.schedule', t.schedule, ('constant', 'cosine'))
   _choice('train.advantage', t.advantage, sorted(losses.ADVANTAGE_ESTIMATORS))
@@ -214,7 +214,7 @@ def check_data_shards(config: ml_collections.ConfigDict, shape: tuple[int, ...],
                       num_processes: int = 1) -> None:
   """Every data-parallel shard (the mesh's batch axes) needs its own rows of each batch, and
   the packed step packs each shard's rows into its own buffers."""
-  from sgpo_jax.model import sharding  # jax-heavy: only when a device count is checked
+  from sgpo_jax.parallel import sharding  # jax-heavy: only when a device count is checked
   t = config.train
   shards = math.prod(size for axis, size in zip(config.mesh.axes, shape)
                      if axis in sharding.BATCH_AXES)
@@ -270,9 +270,9 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
     raise ValueError(f'train.micro_batches={t.micro_batches} must divide train.rows_per_batch='
                      f'{t.rows_per_batch}.')
   if isinstance(config.mesh.shape, str):  # `auto[:AXIS=N]`: its syntax, before any device
-    from sgpo_jax.model import sharding
+    from sgpo_jax.parallel import sharding
     sharding.mesh_shape_spec(config.mesh.shape, config.mesh.axes)
   if num_devices is not None:
-    from sgpo_jax.model import sharding  # jax-heavy: only when a device count is checked
+    from sgpo_jax.parallel import sharding  # jax-heavy: only when a device count is checked
     shape = sharding.resolve_mesh_shape(config.mesh.shape, config.mesh.axes, num_devices)
     check_data_shards(config, shape, num_processes)

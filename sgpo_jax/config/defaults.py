@@ -31,7 +31,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.seed = 0
   c.dry_run = False  # build abstractly, print memory/FLOPs table, exit
   # The dry run judges memory against this device ('' = the one it runs on): h100-80gb |
-  # h200 | l4 | t4 | v5e | v4 | cpu (sgpo_jax/model/devices.py).
+  # h200 | l4 | t4 | v5e | v4 | cpu (sgpo_jax/parallel/devices.py).
   c.dry_run_device = ''
 
   # Queries. `source='arithmetic'` generates the embedded task from `seed`; other sources

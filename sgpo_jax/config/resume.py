@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from sgpo_jax.config import defaults as defaults_lib
-from sgpo_jax.config.errors import ConfigError
+from sgpo_jax.errors import ConfigError
 
 HISTORY_FILE = 'config_history.jsonl'
 CONFIG_FILE = 'config.json'

@@ -47,7 +47,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from sgpo_jax.data.query import Query
+from sgpo_jax.tasks.query import Query
 
 
 def input_path(path: str) -> Any:

@@ -21,7 +21,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from sgpo_jax.data.query import Messages
+from sgpo_jax.tasks.query import Messages
 
 CHAR_TOKENIZER_FILE = 'char_tokenizer.json'
 HF_SETTINGS_FILE = 'sgpo_tokenizer.json'

@@ -47,11 +47,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
+from sgpo_jax.generate.sampler import SampleOutput, check_draw, pick_tokens
 from sgpo_jax.model import flops as flops_lib
 from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.model import transformer as model_lib
-from sgpo_jax.model import sharding as sharding_lib
-from sgpo_jax.generate.sampler import SampleOutput, check_draw, pick_tokens
+from sgpo_jax.parallel import sharding as sharding_lib
 
 
 def prefill_buckets(max_prompt_len: int, step: int) -> tuple[int, ...]:

@@ -12,8 +12,8 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from sgpo_jax.model import sharding as sharding_lib
 from sgpo_jax.generate.sampler import Sampler
+from sgpo_jax.parallel import processes
 
 
 def decode_rows(tokenizer, tokens_RxN: np.ndarray, mask_RxN: np.ndarray) -> list[str]:
@@ -39,7 +39,7 @@ def evaluate(sampler: Sampler, params, queries: Sequence, tokenizer, reward_fn, 
   """
   prompts = [tokenizer.encode_prompt(q.prompt) for q in queries]
   out = sampler.sample(params, prompts, list(range(len(prompts))), rng, temperature=0.0)
-  rewards = sharding_lib.score_across_processes(
+  rewards = processes.score_across_processes(
       reward_fn, decode_rows(tokenizer, out.tokens_RxN, out.mask_RxN), list(queries))
   count_generation(ledger, 'eval', sampler, out, len(prompts))
   accuracy = float(np.mean(rewards >= 1.0)) if len(rewards) else 0.0
@@ -56,7 +56,7 @@ def evaluate(sampler: Sampler, params, queries: Sequence, tokenizer, reward_fn, 
     rep_queries = [q for q in queries for _ in range(pass_k)]
     out = sampler.sample(params, rep_prompts, list(range(len(rep_prompts))),
                          jax.random.fold_in(rng, 1), temperature=temperature)
-    solved = sharding_lib.score_across_processes(
+    solved = processes.score_across_processes(
         reward_fn, decode_rows(tokenizer, out.tokens_RxN, out.mask_RxN), rep_queries) >= 1.0
     result[f'eval_pass@{pass_k}'] = float(np.mean(solved.reshape(-1, pass_k).any(axis=1)))
     count_generation(ledger, 'eval', sampler, out, len(rep_prompts))

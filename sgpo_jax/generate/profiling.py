@@ -22,10 +22,10 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from sgpo_jax.outputs import metrics as metrics_lib
-from sgpo_jax.model import sharding as sharding_lib
 from sgpo_jax.generate.evaluate import count_generation, decode_rows
 from sgpo_jax.generate.sampler import Sampler
+from sgpo_jax.outputs import metrics as metrics_lib
+from sgpo_jax.parallel import processes
 
 PROFILE_FILE = 'profile.jsonl'
 PROFILE_STREAM = 0x9F0F
@@ -51,8 +51,8 @@ def profile_queries(sampler: Sampler, params, queries: Sequence, tokenizer, rewa
   Returns {'query_index', 'n_samples', 'n_correct', 'p_hat'} ordered by pool index.
   """
   # Process 0's view: it may already be appending while another process would read.
-  done = {int(k): v for k, v in sharding_lib.broadcast_from_writer(
-      {str(k): v for k, v in read_profile(path).items()} if sharding_lib.is_writer() else None
+  done = {int(k): v for k, v in processes.broadcast_from_writer(
+      {str(k): v for k, v in read_profile(path).items()} if processes.is_writer() else None
   ).items()}
   todo = [i for i in range(len(queries)) if i not in done]
   if ledger is not None and done:
@@ -88,7 +88,7 @@ def profile_queries(sampler: Sampler, params, queries: Sequence, tokenizer, rewa
             row_q.append(qi)
         out = sampler.sample(params, prompts, row_ids, rng, temperature=temperature)
         count_generation(ledger, 'profile', sampler, out, len(prompts))
-        rewards = sharding_lib.score_across_processes(
+        rewards = processes.score_across_processes(
             reward_fn, decode_rows(tokenizer, out.tokens_RxN, out.mask_RxN), row_queries)
         for qi, ok in zip(row_q, np.asarray(rewards) >= 1.0):
           correct[qi] += int(ok)

@@ -27,7 +27,7 @@ from jax.sharding import Mesh
 
 from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.model import transformer as model_lib
-from sgpo_jax.model import sharding as sharding_lib
+from sgpo_jax.parallel import sharding as sharding_lib
 
 
 @dataclasses.dataclass

@@ -1,1 +1,1 @@
-"""The policy network: the Flax transformer (`transformer.py`), HF import/export (`hf.py`), mesh and shardings (`sharding.py`), the FLOPs ledger (`flops.py`) and the memory dry run (`dry_run.py`, compiling the run's programs in `compiled_memory.py` against `devices.py`)."""
+"""The policy network: the Flax transformer (`transformer.py`), HF import/export (`hf.py`), attention (`attention.py`), LoRA (`lora.py`, `lora_settings.py`) and the model's FLOPs with their ledger (`flops.py`)."""

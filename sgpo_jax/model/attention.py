@@ -40,16 +40,20 @@ key per row). Either way a padding query's output is never read.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from sgpo_jax.parallel import sharding as sharding_lib
+
 NEG_INF = -1e30
 ATTENTION_IMPLS = ('chunked', 'full', 'dot_product', 'splash', 'auto')
 SPLASH_BLOCKS = (512, 256, 128)  # splash block sizes tried, largest first (multiples of 128)
-BATCH_AXES, HEAD_AXIS = ('data', 'fsdp'), 'tp'  # as model/sharding.py names the mesh axes
+BATCH_AXES, HEAD_AXIS = ('data', 'fsdp'), 'tp'  # as parallel/sharding.py names the mesh axes
 
 
 def resolve_impl(impl: str, backend: str | None = None) -> str:
@@ -69,6 +73,20 @@ def needs_mesh_context(impl: str, backend: str, num_devices: int) -> bool:
   """Whether a run must trace under its mesh (`jax.set_mesh`) for `impl` to mean the splash
   kernel: 'auto' or 'splash' on a TPU of more than one chip (shard_map needs the mesh)."""
   return impl in ('auto', 'splash') and backend == 'tpu' and num_devices > 1
+
+
+def run_mesh_context(config) -> Any:
+  """`jax.set_mesh(the run's mesh)` where attention needs it to pick the splash kernel (a
+  multi-chip TPU, `needs_mesh_context`), else a no-op context: elsewhere tracing stays
+  exactly as it was."""
+  if not needs_mesh_context(config.model.attention_impl, jax.default_backend(),
+                            jax.device_count()):
+    return contextlib.nullcontext()
+  try:
+    mesh = sharding_lib.make_mesh(config.mesh)
+  except ValueError:  # a mesh larger than this host: the dry run's analytic mode says so
+    return contextlib.nullcontext()
+  return jax.set_mesh(mesh)
 
 
 def causal_slots_BxT(b: int, t: int):
@@ -185,8 +203,8 @@ def _splash_kernel(h: int, t: int, s: int, block_q: int, block_kv: int, interpre
   """The splash kernel of one row: H query heads, a causal [T, S] mask (query t sees keys
   s <= t), forward and backward blocks of the given sizes. Made once per shape (the mask's
   block structure is computed in numpy)."""
-  from jax.experimental.pallas.ops.tpu.splash_attention import (
-      splash_attention_kernel as splash, splash_attention_mask as splash_mask)
+  from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
+  from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as splash_mask
   mask = splash_mask.MultiHeadMask([splash_mask.CausalMask((t, s)) for _ in range(h)])
   blocks = splash.BlockSizes(
       block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv, block_q_dkv=block_q,

@@ -41,7 +41,8 @@ import numpy as np
 from jax.sharding import Mesh
 
 from sgpo_jax.model import transformer as model_lib
-from sgpo_jax.model import sharding as sharding_lib
+from sgpo_jax.parallel import processes
+from sgpo_jax.parallel import sharding as sharding_lib
 
 Params = Any
 ARCHITECTURES = {'qwen2': 'Qwen2ForCausalLM', 'qwen3': 'Qwen3ForCausalLM',
@@ -502,7 +503,7 @@ def save_hf_checkpoint(params: Params, cfg: model_lib.ModelConfig, out_dir: str,
   if max_shard_bytes <= 0:
     raise ValueError(f'max_shard_bytes={max_shard_bytes} must be positive.')
   hf_config = hf_config_from_model_config(cfg, model_type, dtype, **(config_overrides or {}))
-  write = sharding_lib.is_writer()
+  write = processes.is_writer()
   specs = _tensor_specs(cfg)
   if hf_config['model_type'] == 'qwen2' and not cfg.qkv_bias:  # Qwen2 always has biases.
     specs = specs + [dataclasses.replace(s, hf_name=s.hf_name.replace('.weight', '.bias'),

@@ -25,6 +25,8 @@ adapters alone in the PEFT layout.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from typing import Any
 
 import flax.linen as nn
@@ -34,8 +36,14 @@ import numpy as np
 
 from sgpo_jax.model import flops as flops_lib
 from sgpo_jax.model import transformer as model_lib
-from sgpo_jax.model.lora_settings import (BASE_DTYPES, TARGETS, check, check_family,  # noqa: F401
-                                         enabled, parse_targets)
+from sgpo_jax.model.lora_settings import (  # noqa: F401
+  BASE_DTYPES,
+  TARGETS,
+  check,
+  check_family,
+  enabled,
+  parse_targets,
+)
 
 ADAPTER_SUFFIXES = ('_lora_a', '_lora_b')
 NF4_STORAGE = jnp.uint8  # orbax cannot write 4-bit arrays: nf4 codes are kept one per byte
@@ -233,7 +241,7 @@ def _copy_tree(tree):
 def shardings(cfg: model_lib.ModelConfig, mesh, rules=None):
   """Shardings of `attach`'s output: each leaf from its logical names (a quantized kernel's
   values and scales take the kernel's names, with dimensions that do not divide replicated)."""
-  from sgpo_jax.model import sharding as sharding_lib
+  from sgpo_jax.parallel import sharding as sharding_lib
   rules = rules or sharding_lib.DEFAULT_RULES
   boxed = abstract_params(cfg)
   specs = nn.get_partition_spec(boxed)
@@ -351,10 +359,7 @@ def peft_config(cfg: model_lib.ModelConfig, base_model: str) -> dict:
 
 def save_peft(cfg: model_lib.ModelConfig, params, out_dir: str, base_model: str = '') -> None:
   """adapter_model.safetensors + adapter_config.json in `out_dir`."""
-  import json
-  import os
-
-  from safetensors.numpy import save_file
+  from safetensors.numpy import save_file  # deferred: only an export writes safetensors
   os.makedirs(out_dir, exist_ok=True)
   save_file(peft_tensors(cfg, params), os.path.join(out_dir, 'adapter_model.safetensors'))
   with open(os.path.join(out_dir, 'adapter_config.json'), 'w') as f:

@@ -4,7 +4,7 @@ Owns the architecture (token embedding, RMSNorm, rotary embeddings with optional
 grouped-query attention with optional QKV bias and optional per-head QK RMSNorm, SwiGLU MLP,
 final norm, tied or untied LM head), the
 explicit KV cache used by the sampler, and the logical axis names every parameter carries
-(`sharding.py` maps them onto the mesh). We use linen rather than NNX because the policy is
+(`parallel/sharding.py` maps them onto the mesh). We use linen rather than NNX because the policy is
 then a pure function of a plain parameter pytree, which is what `jax.jit` shardings, optax,
 orbax and the HF weight mapping all want.
 
@@ -35,9 +35,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from sgpo_jax.model import attention as attention_lib
 from sgpo_jax.model import lora_settings
+from sgpo_jax.parallel import sharding as sharding_lib
 
 Params = Any
 NEG_INF = attention_lib.NEG_INF
@@ -390,10 +392,17 @@ def abstract_params(cfg: ModelConfig):
 
 
 def init_params(cfg: ModelConfig, rng) -> Params:
-  """Unsharded init (tests); `sharding.init_sharded_params` creates params on the mesh."""
+  """Unsharded init (tests); `init_sharded_params` creates params on the mesh."""
   model = Transformer(cfg)
   tokens = jnp.zeros((1, 1), jnp.int32)
   return nn.meta.unbox(model.init(rng, tokens, tokens, tokens.astype(bool))['params'])
+
+
+def init_sharded_params(cfg: ModelConfig, mesh: Mesh, rng, rules=sharding_lib.DEFAULT_RULES):
+  """Creates parameters directly on the mesh with their target shardings."""
+  shardings = sharding_lib.param_shardings(abstract_params(cfg), mesh, rules)
+  init = jax.jit(lambda key: init_params(cfg, key), out_shardings=shardings)
+  return init(rng), shardings
 
 
 def _is_per_layer(tree) -> bool:

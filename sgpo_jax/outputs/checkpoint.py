@@ -33,8 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
+from jax.experimental import multihost_utils
 
-from sgpo_jax.config import errors
+from sgpo_jax import errors
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.outputs import paths
 
@@ -108,7 +109,6 @@ def _wait_for_orbax_threads(timeout_s: float = 60.0) -> None:
 
 def _sync(name: str) -> None:
   if jax.process_count() > 1:
-    from jax.experimental import multihost_utils
     multihost_utils.sync_global_devices(name)
 
 

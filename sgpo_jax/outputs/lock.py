@@ -28,7 +28,7 @@ import time
 
 from absl import logging
 
-from sgpo_jax.config.errors import UserError
+from sgpo_jax.errors import UserError
 
 LOCK_FILE = 'run.lock'
 

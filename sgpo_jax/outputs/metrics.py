@@ -1,6 +1,6 @@
 """Run outputs that record numbers: metrics.jsonl, TensorBoard events, W&B, JSON files.
 
-Only process 0 writes (`sharding.is_writer`). TensorBoard event files are written with
+Only process 0 writes (`processes.is_writer`). TensorBoard event files are written with
 tensorboardX, which needs no TensorFlow. Paths may be local or remote (gs://): files go
 through `outputs/paths.py` (etils.epath). On resume, `metrics.jsonl` is cut back to the
 restored step so a run killed between checkpoints never leaves duplicate or orphan steps.
@@ -15,8 +15,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from sgpo_jax.model import sharding
 from sgpo_jax.outputs import paths
+from sgpo_jax.parallel import processes
 
 
 def to_jsonable(value: Any) -> Any:
@@ -36,7 +36,7 @@ def to_jsonable(value: Any) -> Any:
 
 
 def write_json(path: str, obj: Any) -> None:
-  if not sharding.is_writer():
+  if not processes.is_writer():
     return
   tmp = path + '.tmp'
   paths.write_text(tmp, json.dumps(to_jsonable(obj), indent=2, sort_keys=True))
@@ -62,7 +62,7 @@ def read_jsonl(path: str) -> list[dict]:
 def truncate_jsonl(path: str, keep) -> list[dict]:
   """Rewrites `path` keeping the rows for which keep(row) is true; returns them."""
   rows = [r for r in read_jsonl(path) if keep(r)]
-  if sharding.is_writer() and paths.exists(path):
+  if processes.is_writer() and paths.exists(path):
     tmp = path + '.tmp'
     paths.write_text(tmp, ''.join(json.dumps(r) + '\n' for r in rows))
     paths.replace(tmp, path)
@@ -103,23 +103,23 @@ class MetricsWriter:
     if resume_step is not None:
       # Process 0's rows for everyone: other hosts may not see the file, and must not read it
       # while process 0 rewrites it.
-      self.rows = sharding.broadcast_from_writer(
+      self.rows = processes.broadcast_from_writer(
           truncate_jsonl(self.path, lambda r: r.get('step', 0) <= resume_step)
-          if sharding.is_writer() else None)
-    elif sharding.is_writer() and paths.exists(self.path):
+          if processes.is_writer() else None)
+    elif processes.is_writer() and paths.exists(self.path):
       paths.remove(self.path)
     self._tb = None
-    if sharding.is_writer():
+    if processes.is_writer():
       from tensorboardX import SummaryWriter
       self._tb = SummaryWriter(paths.join(workdir, 'tensorboard'))
     self._wandb = None
-    if sharding.is_writer() and wandb_project:
+    if processes.is_writer() and wandb_project:
       self._wandb = start_wandb(workdir, wandb_project, wandb_config, resume_step is not None)
 
   def write(self, row: dict) -> None:
     row = to_jsonable(row)
     self.rows.append(row)
-    if not sharding.is_writer():
+    if not processes.is_writer():
       return
     paths.append_text(self.path, json.dumps(row) + '\n')
     step, values = int(row['step']), scalars(row)
@@ -129,7 +129,7 @@ class MetricsWriter:
       self._wandb.log(values, step=step)
 
   def close(self) -> None:
-    if sharding.is_writer():
+    if processes.is_writer():
       self._tb.close()
       if self._wandb is not None:
         self._wandb.finish()
@@ -137,6 +137,6 @@ class MetricsWriter:
 
 
 def append_jsonl(path: str, rows: Iterable[dict]) -> None:
-  if not sharding.is_writer():
+  if not processes.is_writer():
     return
   paths.append_text(path, ''.join(json.dumps(to_jsonable(r)) + '\n' for r in rows))

@@ -29,11 +29,11 @@ import optax
 from jax.sharding import Mesh
 
 from sgpo_jax.model import flops as flops_lib
-from sgpo_jax.rl import losses as grpo
 from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.parallel import sharding as sharding_lib
+from sgpo_jax.rl import losses as grpo
 from sgpo_jax.rl import sequence_packing as packing_lib
-from sgpo_jax.model import sharding as sharding_lib
 
 
 class NonFiniteError(FloatingPointError):

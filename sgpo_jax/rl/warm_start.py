@@ -24,12 +24,14 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from absl import logging
+from flax import traverse_util
 from tqdm.auto import tqdm
 
-from sgpo_jax.outputs import environment
-from sgpo_jax.model import transformer as model_lib
-from sgpo_jax.model import sharding as sharding_lib
 from sgpo_jax import tasks
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.outputs import environment
+from sgpo_jax.parallel import processes
+from sgpo_jax.parallel import sharding as sharding_lib
 
 
 def cache_key(config) -> str:
@@ -176,7 +178,7 @@ def initial_policy(config, cfg: model_lib.ModelConfig, mesh, tokenizer, train_qu
     params = hf.load_hf_params(config.model.hf_path, cfg, mesh)
     return params, shardings, {'source': 'hf', 'path': config.model.hf_path}
   if config.warm_start.steps <= 0:
-    params, _ = sharding_lib.init_sharded_params(cfg, mesh, jax.random.key(config.data.seed))
+    params, _ = model_lib.init_sharded_params(cfg, mesh, jax.random.key(config.data.seed))
     return params, shardings, {'source': 'random_init'}
   cache_root = config.warm_start.cache_dir or os.path.join(workdir, 'warm_start')
   path = os.path.abspath(os.path.join(cache_root, cache_key(config)))
@@ -192,7 +194,7 @@ def _build_lock(path: str):
   """Holds `<path>.lock` (writer process only) while this run restores or builds the warm
   start at `path`, so two runs sharing a cache (a sweep's parallel processes) never both spend
   an SFT on it or write it at once: the second waits, then reuses the first one's policy."""
-  if not sharding_lib.is_writer():
+  if not processes.is_writer():
     yield
     return
   os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -213,12 +215,12 @@ def _restore_or_build(config, cfg, mesh, tokenizer, train_queries, path, target,
   checkpointer = ocp.StandardCheckpointer()
   info_path = os.path.join(path, 'info.json')
   cached = None
-  if (sharding_lib.is_writer() and os.path.exists(info_path) and
+  if (processes.is_writer() and os.path.exists(info_path) and
       os.path.exists(os.path.join(path, 'params'))):
     with open(info_path) as f:
       cached = json.load(f)
   # One decision for all processes: restore and SFT are both collective.
-  info = sharding_lib.broadcast_from_writer(cached)
+  info = processes.broadcast_from_writer(cached)
   if info is not None:
     params = restore_params(checkpointer, os.path.join(path, 'params'), target)
     info['cached'] = True
@@ -235,7 +237,7 @@ def _restore_or_build(config, cfg, mesh, tokenizer, train_queries, path, target,
   os.makedirs(path, exist_ok=True)
   checkpointer.save(os.path.join(path, 'params'), params, force=True)
   checkpointer.wait_until_finished()
-  if sharding_lib.is_writer():
+  if processes.is_writer():
     with open(info_path, 'w') as f:
       json.dump(info, f)
   return params, shardings, info
@@ -265,7 +267,7 @@ def _as_dict(tree):
 
 def _train(config, cfg, mesh, tokenizer, train_queries, path, shardings, show_progress):
   start = time.time()
-  params, _ = sharding_lib.init_sharded_params(cfg, mesh, jax.random.key(config.data.seed))
+  params, _ = model_lib.init_sharded_params(cfg, mesh, jax.random.key(config.data.seed))
   sft_pool = sft_queries(train_queries, config.warm_start, config.data.min_digits)
   examples = sft_examples(sft_pool, tokenizer, config.data, config.sampling.max_prompt_len,
                           config.sampling.max_new_tokens)
@@ -300,7 +302,7 @@ def policy_for_config(config, workdir: str, show_progress: bool = True):
 # policy (README, "Reproducibility across machines"); a shipped copy makes every machine start
 # RL from the very policy the committed results started from. Files: <key>.safetensors (the
 # params, '/'-joined paths) and <key>.json (the build's info.json, its environment included),
-# written by sgpo_jax/rl/ship_warm_start.py.
+# written by sgpo_jax/ship_warm_start.py.
 
 SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'warm_starts')
 
@@ -312,7 +314,6 @@ def shipped_file(key: str, shipped_dir: str | None = None) -> str | None:
 
 def export_shipped(params, info: dict, key: str, shipped_dir: str | None = None) -> str:
   """Writes a warm start's params and build info as the shipped copy for cache key `key`."""
-  from flax import traverse_util
   from safetensors.numpy import save_file
   out = shipped_dir or SHIPPED_DIR
   os.makedirs(out, exist_ok=True)
@@ -329,7 +330,6 @@ def export_shipped(params, info: dict, key: str, shipped_dir: str | None = None)
 def load_shipped(path: str, target) -> tuple[Any, dict]:
   """(params laid out as `target`'s shapes, dtypes and shardings, the build's info plus
   shipped=True). A file whose tensors do not match the model raises, naming the tensor."""
-  from flax import traverse_util
   from safetensors.numpy import load_file
   flat = load_file(path)
   if any(name.startswith('layers_0/') for name in flat):  # shipped before the layers were scanned

@@ -10,22 +10,56 @@ set built from finished runs or trajectories files: how the shipped sets are mad
 CLI: `python -m sgpo_jax.scaling_law fit RUN_DIR...`, `... calibrate-set SOURCES --out F`.
 """
 
-from sgpo_jax.scaling_law.calibration import (CalibratedForecast, CalibrationSet,
-                                              PrefixFeatures, calibrated_forecast,
-                                              prefix_features)
-from sgpo_jax.scaling_law.conformal import (conformal_interval, conformal_quantile, coverage,
-                                            interval_contains)
-from sgpo_jax.scaling_law.early_stop import (EarlyStopper, StopDecision, TrendStopper,
-                                             make_stopper, trend_stop_step)
-from sgpo_jax.scaling_law.forecasting import (Forecast, forecast, forecast_from_fit,
-                                              forecast_zero_shot)
+from sgpo_jax.scaling_law.calibration import (
+                                              CalibratedForecast,
+                                              CalibrationSet,
+                                              PrefixFeatures,
+                                              calibrated_forecast,
+                                              prefix_features,
+)
+from sgpo_jax.scaling_law.conformal import (
+                                              conformal_interval,
+                                              conformal_quantile,
+                                              coverage,
+                                              interval_contains,
+)
+from sgpo_jax.scaling_law.early_stop import (
+                                              EarlyStopper,
+                                              StopDecision,
+                                              TrendStopper,
+                                              make_stopper,
+                                              trend_stop_step,
+)
+from sgpo_jax.scaling_law.forecasting import (
+                                              Forecast,
+                                              forecast,
+                                              forecast_from_fit,
+                                              forecast_zero_shot,
+)
 from sgpo_jax.scaling_law.joint_law import JointLaw, PowerLaw, fit_joint_law
-from sgpo_jax.scaling_law.runs import (RunRecord, evaluate_run, evaluate_runs, load_run,
-                                       plot_forecast, simulate_trajectory, write_synthetic_run)
-from sgpo_jax.scaling_law.trajectory import (DEFAULT_FORMS, FORMS, FormPrior, FormSelection,
-                                             TrajectoryFit, TrajectoryForm, exponential_curve,
-                                             fit_trajectory, logistic_curve, sample_parameters,
-                                             select_form, smooth_rewards)
+from sgpo_jax.scaling_law.runs import (
+                                              RunRecord,
+                                              evaluate_run,
+                                              evaluate_runs,
+                                              load_run,
+                                              plot_forecast,
+                                              simulate_trajectory,
+                                              write_synthetic_run,
+)
+from sgpo_jax.scaling_law.trajectory import (
+                                              DEFAULT_FORMS,
+                                              FORMS,
+                                              FormPrior,
+                                              FormSelection,
+                                              TrajectoryFit,
+                                              TrajectoryForm,
+                                              exponential_curve,
+                                              fit_trajectory,
+                                              logistic_curve,
+                                              sample_parameters,
+                                              select_form,
+                                              smooth_rewards,
+)
 
 __all__ = [
     'CalibratedForecast', 'CalibrationSet', 'PrefixFeatures', 'TrendStopper',

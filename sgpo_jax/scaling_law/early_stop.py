@@ -51,8 +51,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sgpo_jax.scaling_law.calibration import (CalibratedForecast, CalibrationSet,
-                                              calibrated_forecasts, prefix_features)
+from sgpo_jax.scaling_law.calibration import (
+  CalibratedForecast,
+  CalibrationSet,
+  calibrated_forecasts,
+  prefix_features,
+)
 from sgpo_jax.scaling_law.forecasting import Forecast, forecast
 from sgpo_jax.scaling_law.runs import RunRecord
 from sgpo_jax.scaling_law.trajectory import DEFAULT_FORMS, FormPrior

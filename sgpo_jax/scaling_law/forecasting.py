@@ -16,9 +16,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sgpo_jax.scaling_law.trajectory import (DEFAULT_FORMS, FormPrior, TrajectoryFit,
-                                             clean_points, get_form, sample_parameters,
-                                             select_form)
+from sgpo_jax.scaling_law.trajectory import (
+  DEFAULT_FORMS,
+  FormPrior,
+  TrajectoryFit,
+  clean_points,
+  get_form,
+  sample_parameters,
+  select_form,
+)
 
 
 @dataclasses.dataclass

@@ -1,6 +1,7 @@
 """Verifiable tasks: the reward function and SFT target chosen by `config.data`.
 
 Owns the common task interface:
+- `Query` (`tasks/query.py`): one prompt (a string or chat messages) and its reference answer.
 - `get_reward_fn(config.data)` -> `fn(completions: list[str], queries: list[Query])`
   returning float32[N] rewards, built from the spelling in `data.reward` by
   `tasks/rewards.py`: a registered built-in, a user function `module.path:function`, or a
@@ -15,10 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from sgpo_jax.data.query import Query
 from sgpo_jax.tasks import arithmetic
-from sgpo_jax.tasks.rewards import (RewardError, RewardFn, check_reward_spec, get_reward_fn,
-                                    register_reward, registered_rewards, startup_check)
+from sgpo_jax.tasks.query import Query
+from sgpo_jax.tasks.rewards import (
+  RewardError,
+  RewardFn,
+  check_reward_spec,
+  get_reward_fn,
+  register_reward,
+  registered_rewards,
+  startup_check,
+)
 
 __all__ = ['RewardError', 'RewardFn', 'check_reward_spec', 'get_reward_fn', 'has_target_text',
            'register_reward', 'registered_rewards', 'startup_check', 'target_text']

@@ -29,7 +29,7 @@ import re
 
 import numpy as np
 
-from sgpo_jax.data.query import Query
+from sgpo_jax.tasks.query import Query
 
 _DIGITS_RE = re.compile(r'[0-9]+')
 _EVAL_STREAM, _TRAIN_STREAM = 1, 0

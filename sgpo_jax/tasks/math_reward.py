@@ -31,8 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax.tasks.math_answer import (MAX_ANSWER_CHARS, extract_answer, fast_verdict,
-                                        normalize_answer, prepare_gold, screen_answer)
+from sgpo_jax.tasks.math_answer import (
+  MAX_ANSWER_CHARS,
+  extract_answer,
+  fast_verdict,
+  normalize_answer,
+  prepare_gold,
+  screen_answer,
+)
 from sgpo_jax.tasks.math_worker import WorkerProcess, check_pair
 
 __all__ = ['MathVerifier', 'extract_answer', 'fast_verdict', 'normalize_answer',

@@ -24,7 +24,6 @@ from collections.abc import Sequence
 
 from sgpo_jax.tasks.math_answer import fast_verdict, plain_value
 
-
 # Decimal places to which math-verify rounds a float before comparing it (its `float_rounding`).
 # Against a rational gold (a plain integer, decimal or fraction) a float answer must agree to
 # 15 places, the precision of math-verify's float arithmetic: 0.333333 is not 1/3. Plain-number

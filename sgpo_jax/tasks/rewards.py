@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax.config.errors import ConfigError, UserError, one_line
-from sgpo_jax.data.query import Query
+from sgpo_jax.errors import ConfigError, UserError, one_line
+from sgpo_jax.tasks.query import Query
 
 RewardFn = Callable[[list[str], list[Query]], np.ndarray]
 _BUILTINS: dict[str, Callable[[Any], RewardFn]] = {}

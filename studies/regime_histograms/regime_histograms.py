@@ -193,7 +193,7 @@ def sft_probe(regime: str, every: int, pool_limit: int, steps: int = 0, lr: floa
   """
   from sgpo_jax.data import loading as data_lib
   from sgpo_jax.model import transformer as model_lib
-  from sgpo_jax.model import sharding as sharding_lib
+  from sgpo_jax.parallel import sharding as sharding_lib
   from sgpo_jax import tasks
   from sgpo_jax.data import tokenizer as tokenizer_lib
   from sgpo_jax.rl import warm_start as ws
@@ -211,7 +211,7 @@ def sft_probe(regime: str, every: int, pool_limit: int, steps: int = 0, lr: floa
   eval_q = data_lib.load_queries(config.data, 'test', seed=config.data.seed)
   pool = train_q[:pool_limit or config.data.rl_pool_size or len(train_q)]
   reward_fn = tasks.get_reward_fn(config.data)
-  params, _ = sharding_lib.init_sharded_params(cfg, mesh, jax.random.key(config.data.seed))
+  params, _ = model_lib.init_sharded_params(cfg, mesh, jax.random.key(config.data.seed))
   shardings = sharding_lib.param_shardings(model_lib.abstract_params(cfg), mesh)
   sampler = Sampler(cfg, mesh, shardings, rows=256, max_prompt_len=s.max_prompt_len,
                     max_new_tokens=s.max_new_tokens, stop_ids=tok.stop_token_ids,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sgpo_jax import allocators, configs
-from sgpo_jax.allocators.sgpo import allocation as sgpo
+from sgpo_jax.allocators.sgpo import allocation as allocation_lib
 
 
 def default_config(arg=None):
@@ -99,7 +99,8 @@ PHASE_MEMBERS = {'G2': {3, 4, 5, 6}, 'G4': {2, 10}, 'G8': {1, 9}}
 
 def make_sgpo(rows_per_batch=8, seed=0, **overrides):
   cfg = sgpo_cfg(**overrides)
-  allocation = sgpo.allocate(sgpo.QueryProfile.from_counts(N_CORRECT, 8), cfg, seed)
+  allocation = allocation_lib.allocate(allocation_lib.QueryProfile.from_counts(N_CORRECT, 8), cfg,
+                                       seed)
   return allocators.SGPOAllocator(allocation, cfg, rows_per_batch, seed, num_queries=12)
 
 
@@ -216,7 +217,7 @@ def test_sgpo_online_update_rebuckets_between_cycles():
 
 def test_sgpo_returns_none_when_a_whole_cycle_is_empty():
   cfg = sgpo_cfg(online_update=True)
-  allocation = sgpo.allocate(sgpo.QueryProfile.from_counts([3], 8), cfg)
+  allocation = allocation_lib.allocate(allocation_lib.QueryProfile.from_counts([3], 8), cfg)
   alloc = allocators.SGPOAllocator(allocation, cfg, 8, num_queries=1)
   plan = alloc.next_plan()
   layout = plan.rows(8)
@@ -317,8 +318,8 @@ def test_make_allocator_dispatches_on_method():
   sgpo_cls = allocators.allocator_class('sgpo')
   assert sgpo_cls.needs_profile and not allocators.allocator_class('grpo').needs_profile
   allocation = sgpo_cls.allocate(config, {'n_correct': N_CORRECT, 'n_samples': 8})
-  assert allocation.summary() == sgpo.allocate(
-      sgpo.QueryProfile.from_counts(N_CORRECT, 8), config.sgpo, config.seed).summary()
+  assert allocation.summary() == allocation_lib.allocate(
+      allocation_lib.QueryProfile.from_counts(N_CORRECT, 8), config.sgpo, config.seed).summary()
   settled = sgpo_cls.profile_settled(config)
   assert settled(3, 5) and not settled(0, 7)  # 3..6 of 8 all give G=2; 0 vs 1 of 8 differ
   assert allocators.allocator_class('dapo').profile_settled(config) is None
@@ -471,15 +472,15 @@ def test_epoch_cursor_covers_each_epoch_once_and_crosses_epochs():
 
 
 def test_typed_settings_take_defaults_from_default_config_and_check_ranges():
-  settings = sgpo.SGPOSettings.from_config({'group_sizes': [8, 2, 4]})
+  settings = allocation_lib.SGPOSettings.from_config({'group_sizes': [8, 2, 4]})
   defaults = default_config().sgpo
   assert settings.group_sizes == (2, 4, 8)
   assert settings.trivial_threshold == defaults.trivial_threshold
   assert settings.fill_phase_tail == defaults.fill_phase_tail
   with pytest.raises(ValueError, match=r"unknown sgpo settings \['phase_epoch'\]; known:"):
-    sgpo.SGPOSettings.from_config({'phase_epoch': 2.0})
+    allocation_lib.SGPOSettings.from_config({'phase_epoch': 2.0})
   with pytest.raises(ValueError, match='sgpo.phase_epochs=0 must be > 0'):
-    sgpo.SGPOSettings.from_config({'phase_epochs': 0})
+    allocation_lib.SGPOSettings.from_config({'phase_epochs': 0})
   with pytest.raises(ValueError, match='dapo.max_rounds=0 must be >= 1'):
     allocators.DAPOSettings.from_config({'max_rounds': 0})
   assert allocators.GRPOSettings.from_config(None).group_size == default_config().grpo.group_size

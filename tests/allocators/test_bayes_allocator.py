@@ -8,10 +8,15 @@ import numpy as np
 import pytest
 
 from sgpo_jax import allocators
-from sgpo_jax.allocators.sgpo_bayes import posterior as bayes
-from sgpo_jax.config import defaults as default_config
 from sgpo_jax.allocators import Rollout
-from sgpo_jax.allocators.sgpo_bayes.allocator import CANDIDATE, DEPRIORITISED, BayesAllocator, BayesSettings
+from sgpo_jax.allocators.sgpo_bayes import posterior as posterior_lib
+from sgpo_jax.allocators.sgpo_bayes.allocator import (
+  CANDIDATE,
+  DEPRIORITISED,
+  BayesAllocator,
+  BayesSettings,
+)
+from sgpo_jax.config import defaults as default_config
 
 TRIVIAL, UNSOLVED, COIN = 'trivial', 'unsolved', 'coin'
 
@@ -577,7 +582,8 @@ def test_epoch_cut_skips_the_all_equal_tail_and_decays_what_it_leaves():
   # Epoch 1: 16 unseen prompts (P_inf(4) 0.453 each), 4 per batch, all served. A trivial
   # prompt's one all-solved group leaves Beta(4.5, 0.5): P_inf(4) = 1 - E[p^4] - E[(1-p)^4]
   # = 1 - (4.5*5.5*6.5*7.5)/(5*6*7*8) - (.5*1.5*2.5*3.5)/1680 = 0.2779 < 0.3.
-  assert float(bayes.informative_probability(4.5, 0.5, 4)) == pytest.approx(0.2779, abs=1e-4)
+  assert float(posterior_lib.informative_probability(4.5, 0.5, 4)) == pytest.approx(0.2779,
+                                                                                    abs=1e-4)
   alloc, served = _served_by_epoch(0.3, batches=7)  # epochs are numbered from 0
   assert sorted(served[0]) == list(range(16))
   # Epoch 1 serves the 8 'half' prompts (informative, ranked first), then its ready
@@ -589,7 +595,8 @@ def test_epoch_cut_skips_the_all_equal_tail_and_decays_what_it_leaves():
   # P_inf(4) = 1 - (2.5*3.5*4.5*5.5)/(3*4*5*6) - 6.5625/360 = 0.3802 > 0.3: it comes back.
   for q in range(0, 16, 2):
     assert (st.alpha[q], st.beta[q]) == (2.5, 0.5)
-  assert float(bayes.informative_probability(2.5, 0.5, 4)) == pytest.approx(0.3802, abs=1e-4)
+  assert float(posterior_lib.informative_probability(2.5, 0.5, 4)) == pytest.approx(0.3802,
+                                                                                    abs=1e-4)
   # Epoch 2 serves everything again, the 'half' prompts first.
   alloc, served = _served_by_epoch(0.3, batches=11)
   assert sorted(served[2]) == list(range(16))

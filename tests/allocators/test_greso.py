@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from sgpo_jax import allocators
-from sgpo_jax.config import check as config_check
-from sgpo_jax.allocators.greso import rule as greso
+from sgpo_jax.allocators.greso import rule as rule_lib
 from sgpo_jax.allocators.greso.allocator import GRESOAllocator
+from sgpo_jax.config import check as config_check
 from sgpo_jax.config import defaults as default_config
 
 ALL1, ALL0, MIXED = [1, 1, 1, 1], [0, 0, 0, 0], [0, 1, 0, 1]
@@ -18,7 +18,8 @@ def streaks_after(history):
   """(easy, hard) streaks after a prompt's whole history of groups, oldest first."""
   easy, hard = 0, 0
   for rewards in history:
-    easy, hard = greso.update_streaks(easy, hard, greso.group_kind(np.asarray(rewards, float)))
+    easy, hard = rule_lib.update_streaks(easy, hard, rule_lib.group_kind(np.asarray(rewards,
+                                                                                    float)))
   return easy, hard
 
 
@@ -35,12 +36,12 @@ def test_streaks_count_the_most_recent_run_of_one_kind(history, easy, hard):
 
 
 def test_group_kind_is_exact_and_splits_all_correct_from_all_wrong():
-  assert greso.group_kind([1.0, 1.0]) == greso.EASY
-  assert greso.group_kind([0.0, 0.0, 0.0]) == greso.HARD
-  assert greso.group_kind([0.1, 0.1]) == greso.HARD  # format bonus only: all wrong
-  assert greso.group_kind([1.0, 1.0 - 1e-7]) == greso.INFORMATIVE
+  assert rule_lib.group_kind([1.0, 1.0]) == rule_lib.EASY
+  assert rule_lib.group_kind([0.0, 0.0, 0.0]) == rule_lib.HARD
+  assert rule_lib.group_kind([0.1, 0.1]) == rule_lib.HARD  # format bonus only: all wrong
+  assert rule_lib.group_kind([1.0, 1.0 - 1e-7]) == rule_lib.INFORMATIVE
   with pytest.raises(ValueError, match='at least one'):
-    greso.group_kind([])
+    rule_lib.group_kind([])
 
 
 @pytest.mark.parametrize('history, p_easy, p_hard, expected', [
@@ -52,26 +53,26 @@ def test_group_kind_is_exact_and_splits_all_correct_from_all_wrong():
 ])
 def test_skip_probability_from_history(history, p_easy, p_hard, expected):
   easy, hard = streaks_after(history)
-  assert greso.skip_probability(easy, hard, p_easy, p_hard, 0.01) == pytest.approx(expected)
+  assert rule_lib.skip_probability(easy, hard, p_easy, p_hard, 0.01) == pytest.approx(expected)
 
 
 def test_adapt_moves_toward_the_target_and_stays_in_range():
-  assert greso.adapt_probability(0.5, 0.10, 0.25 / 3, 0.01, 0.05, 0.95) == pytest.approx(0.49)
-  assert greso.adapt_probability(0.5, 0.05, 0.25 / 3, 0.01, 0.05, 0.95) == pytest.approx(0.51)
-  assert greso.adapt_probability(0.055, 1.0, 0.1, 0.01, 0.05, 0.95) == 0.05
-  assert greso.adapt_probability(0.945, 0.0, 0.1, 0.01, 0.05, 0.95) == 0.95
+  assert rule_lib.adapt_probability(0.5, 0.10, 0.25 / 3, 0.01, 0.05, 0.95) == pytest.approx(0.49)
+  assert rule_lib.adapt_probability(0.5, 0.05, 0.25 / 3, 0.01, 0.05, 0.95) == pytest.approx(0.51)
+  assert rule_lib.adapt_probability(0.055, 1.0, 0.1, 0.01, 0.05, 0.95) == 0.05
+  assert rule_lib.adapt_probability(0.945, 0.0, 0.1, 0.01, 0.05, 0.95) == 0.95
 
 
 def test_settings_defaults_are_the_papers_and_bad_values_are_named():
-  s = greso.GRESOSettings.from_config(default_config.get_config().greso)
-  assert s == greso.GRESOSettings()  # the config section is built from the field defaults
+  s = rule_lib.GRESOSettings.from_config(default_config.get_config().greso)
+  assert s == rule_lib.GRESOSettings()  # the config section is built from the field defaults
   assert (s.p_easy_init, s.p_hard_init, s.delta, s.p_min, s.p_max, s.p_floor) == \
       (0.5, 0.5, 0.01, 0.05, 0.95, 0.01)
   assert s.target_easy == pytest.approx(0.25 / 3) and s.target_hard == pytest.approx(0.5 / 3)
   with pytest.raises(ValueError, match='greso.p_easy_init=0.99'):
-    greso.GRESOSettings(p_easy_init=0.99)
+    rule_lib.GRESOSettings(p_easy_init=0.99)
   with pytest.raises(ValueError, match=r"unknown greso settings \['p_eassy_init'\]"):
-    greso.GRESOSettings.from_config({'p_eassy_init': 0.5})
+    rule_lib.GRESOSettings.from_config({'p_eassy_init': 0.5})
   c = default_config.get_config('method=greso')
   c.greso.p_floor = 1.0
   with pytest.raises(ValueError, match=r'greso.p_floor=1.0 must be in \[0, 1\)'):
@@ -89,7 +90,7 @@ def _feed(alloc, plan, rewards_by_query, rows=16):
 
 def test_allocator_skips_solved_prompts_at_the_rule_rate_and_never_informative_ones():
   # 8 queries, G=4, R=16: 4 prompts a round. Queries 0-3 always solved, 4-7 mixed.
-  s = greso.GRESOSettings(group_size=4)
+  s = rule_lib.GRESOSettings(group_size=4)
   alloc = GRESOAllocator(8, s, 16, seed=3)
   solved = lambda q, r: 1.0 if q < 4 else float(r % 2)  # noqa: E731
   for _ in range(2):  # the whole first epoch: every prompt rolled out once
@@ -108,7 +109,7 @@ def test_allocator_skips_solved_prompts_at_the_rule_rate_and_never_informative_o
 
 
 def test_allocator_adapts_p_once_per_step_after_the_first_epoch():
-  s = greso.GRESOSettings(group_size=4)
+  s = rule_lib.GRESOSettings(group_size=4)
   alloc = GRESOAllocator(8, s, 16, seed=0)
   all_wrong = lambda q, r: 0.0  # noqa: E731
   alloc.start_step()  # step 1 starts: nothing to adapt yet
@@ -123,7 +124,7 @@ def test_allocator_adapts_p_once_per_step_after_the_first_epoch():
 
 
 def test_allocator_state_round_trips_to_the_same_continuation():
-  s = greso.GRESOSettings(group_size=4)
+  s = rule_lib.GRESOSettings(group_size=4)
   reward = lambda q, r: float((q * 7 + r) % 3 == 0) if q % 2 else 1.0  # noqa: E731
 
   def run(alloc, steps):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sgpo_jax import configs
-from sgpo_jax.allocators.sgpo import allocation as sgpo
+from sgpo_jax.allocators.sgpo import allocation as allocation_lib
 
 
 def default_config():
@@ -33,74 +33,75 @@ PAPER_TABLE = {1: 8, 2: 4, 3: 2, 4: 2, 5: 2, 6: 2, 7: 2, 8: 2}
 
 @pytest.mark.parametrize('k,expected', sorted(PAPER_TABLE.items()))
 def test_paper_table_exact_from_counts_and_floats(k, expected):
-  assert sgpo.group_size_for(Fraction(k, 8)) == expected
-  assert sgpo.group_size_for(k / 8) == expected
+  assert allocation_lib.group_size_for(Fraction(k, 8)) == expected
+  assert allocation_lib.group_size_for(k / 8) == expected
 
 
 def test_paper_boundaries():
-  assert sgpo.group_size_for(0.25) == 4  # 1/8 < p <= 1/4 -> 4
-  assert sgpo.group_size_for(0.2500001) == 2  # p > 1/4 -> 2
-  assert sgpo.group_size_for(0.125) == 8  # p <= 1/8 -> 8
-  assert sgpo.group_size_for(0.1250001) == 4
-  assert sgpo.group_size_for(1 / 3) == 2
-  assert sgpo.group_size_for(0.01) == 8  # clipped to the largest size
-  assert sgpo.group_size_for(0.0) == 8  # unsolved: largest size with clip
+  assert allocation_lib.group_size_for(0.25) == 4  # 1/8 < p <= 1/4 -> 4
+  assert allocation_lib.group_size_for(0.2500001) == 2  # p > 1/4 -> 2
+  assert allocation_lib.group_size_for(0.125) == 8  # p <= 1/8 -> 8
+  assert allocation_lib.group_size_for(0.1250001) == 4
+  assert allocation_lib.group_size_for(1 / 3) == 2
+  assert allocation_lib.group_size_for(0.01) == 8  # clipped to the largest size
+  assert allocation_lib.group_size_for(0.0) == 8  # unsolved: largest size with clip
 
 
 def test_rounding_up_and_nearest():
-  up = [sgpo.group_size_for(Fraction(k, 8), rounding='up') for k in range(1, 9)]
+  up = [allocation_lib.group_size_for(Fraction(k, 8), rounding='up') for k in range(1, 9)]
   # 1/p = 8, 4, 2.67, 2, 1.6, 1.33, 1.14, 1 -> ceil pow2 8, 4, 4, 2, 2, 2, 2, 1 -> clip 2
   assert up == [8, 4, 4, 2, 2, 2, 2, 2]
   # nearest in log space: 1/0.3 = 3.33, log2 = 1.74 -> 4; 1/(3/8) = 2.67, log2 = 1.42 -> 2
-  assert sgpo.group_size_for(0.3, rounding='nearest') == 4
-  assert sgpo.group_size_for(Fraction(3, 8), rounding='nearest') == 2
-  assert sgpo.group_size_for(0.1, rounding='nearest') == 8
+  assert allocation_lib.group_size_for(0.3, rounding='nearest') == 4
+  assert allocation_lib.group_size_for(Fraction(3, 8), rounding='nearest') == 2
+  assert allocation_lib.group_size_for(0.1, rounding='nearest') == 8
 
 
 def test_other_bucket_sets():
   sizes16 = (2, 4, 8, 16)
-  assert sgpo.group_size_for(Fraction(1, 16), sizes16) == 16
-  assert sgpo.group_size_for(Fraction(1, 10), sizes16) == 8
-  assert sgpo.group_size_for(Fraction(1, 10), sizes16, rounding='up') == 16
-  assert sgpo.group_size_for(Fraction(1, 100), sizes16) == 16
+  assert allocation_lib.group_size_for(Fraction(1, 16), sizes16) == 16
+  assert allocation_lib.group_size_for(Fraction(1, 10), sizes16) == 8
+  assert allocation_lib.group_size_for(Fraction(1, 10), sizes16, rounding='up') == 16
+  assert allocation_lib.group_size_for(Fraction(1, 100), sizes16) == 16
   gapped = (4, 16)
-  assert sgpo.group_size_for(Fraction(1, 8), gapped) == 4  # down: largest member <= 8
-  assert sgpo.group_size_for(Fraction(1, 8), gapped, rounding='up') == 16
-  assert sgpo.group_size_for(Fraction(1, 8), gapped, rounding='nearest') == 16  # tie: larger
-  assert sgpo.group_size_for(Fraction(1, 7), gapped, rounding='nearest') == 4  # 49 < 64
-  assert sgpo.group_size_for(0.5, gapped) == 4  # clipped up to the smallest
-  assert sgpo.group_size_for(Fraction(1, 16), gapped) == 16
+  assert allocation_lib.group_size_for(Fraction(1, 8), gapped) == 4  # down: largest member <= 8
+  assert allocation_lib.group_size_for(Fraction(1, 8), gapped, rounding='up') == 16
+  assert allocation_lib.group_size_for(Fraction(1, 8), gapped,
+                                       rounding='nearest') == 16  # tie: larger
+  assert allocation_lib.group_size_for(Fraction(1, 7), gapped, rounding='nearest') == 4  # 49 < 64
+  assert allocation_lib.group_size_for(0.5, gapped) == 4  # clipped up to the smallest
+  assert allocation_lib.group_size_for(Fraction(1, 16), gapped) == 16
 
 
 def test_no_clip_gives_any_power_of_two():
-  assert sgpo.group_size_for(1.0, clip=False) == 1
-  assert sgpo.group_size_for(Fraction(1, 32), clip=False) == 32
-  assert sgpo.group_size_for(Fraction(1, 20), clip=False) == 16
-  assert sgpo.group_size_for(Fraction(1, 20), clip=False, rounding='up') == 32
-  assert sgpo.group_size_for(0.3, clip=False, rounding='nearest') == 4
+  assert allocation_lib.group_size_for(1.0, clip=False) == 1
+  assert allocation_lib.group_size_for(Fraction(1, 32), clip=False) == 32
+  assert allocation_lib.group_size_for(Fraction(1, 20), clip=False) == 16
+  assert allocation_lib.group_size_for(Fraction(1, 20), clip=False, rounding='up') == 32
+  assert allocation_lib.group_size_for(0.3, clip=False, rounding='nearest') == 4
   with pytest.raises(ValueError, match='clip=False'):
-    sgpo.group_size_for(0.0, clip=False)
+    allocation_lib.group_size_for(0.0, clip=False)
 
 
 def test_bad_inputs_raise():
   with pytest.raises(ValueError, match='outside'):
-    sgpo.group_size_for(1.5)
+    allocation_lib.group_size_for(1.5)
   with pytest.raises(ValueError, match='rounding'):
-    sgpo.group_size_for(0.5, rounding='floor')
+    allocation_lib.group_size_for(0.5, rounding='floor')
   with pytest.raises(ValueError, match='group_sizes'):
-    sgpo.group_size_for(0.5, group_sizes=())
+    allocation_lib.group_size_for(0.5, group_sizes=())
 
 
 def test_group_size_for_counts_equals_floats():
   """k/8 as exact counts (what a profile's QueryProfile holds) and as floats bucket alike."""
   k = np.arange(1, 9)
-  profile = sgpo.QueryProfile.from_counts(k, 8)
-  from_counts = [sgpo.group_size_for(p) for p in profile.fractions()]
-  from_floats = [sgpo.group_size_for(p) for p in k / 8]
+  profile = allocation_lib.QueryProfile.from_counts(k, 8)
+  from_counts = [allocation_lib.group_size_for(p) for p in profile.fractions()]
+  from_floats = [allocation_lib.group_size_for(p) for p in k / 8]
   expected = [PAPER_TABLE[int(i)] for i in k]
   assert from_counts == expected == from_floats
   with pytest.raises(ValueError, match='n_correct=9'):
-    sgpo.QueryProfile.from_counts([9], [8])
+    allocation_lib.QueryProfile.from_counts([9], [8])
 
 
 # -- allocate --------------------------------------------------------------------------
@@ -110,7 +111,8 @@ N_CORRECT = [0, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 0]
 
 
 def test_allocate_paper_defaults():
-  alloc = sgpo.allocate(sgpo.QueryProfile.from_counts(N_CORRECT, 8), sgpo_cfg(), seed=0)
+  alloc = allocation_lib.allocate(allocation_lib.QueryProfile.from_counts(N_CORRECT, 8),
+                                  sgpo_cfg(), seed=0)
   assert [p.name for p in alloc.phases] == ['G2', 'G4', 'G8']
   members = {p.name: sorted(p.query_index.tolist()) for p in alloc.phases}
   assert members == {'G2': [3, 4, 5, 6], 'G4': [2, 10], 'G8': [1, 9]}
@@ -134,13 +136,13 @@ def test_allocate_paper_defaults():
 def test_allocate_accepts_default_config_and_p_hat_array():
   cfg = default_config().sgpo
   cfg.curriculum = True  # the default is the shuffled mix; the paper's phases on request
-  alloc = sgpo.allocate(np.array(N_CORRECT) / 8, cfg, seed=0)
+  alloc = allocation_lib.allocate(np.array(N_CORRECT) / 8, cfg, seed=0)
   assert [p.name for p in alloc.phases] == ['G2', 'G4', 'G8']
   assert sorted(alloc.phases[0].query_index[:4].tolist()) == [3, 4, 5, 6]
 
 
 def test_allocate_keep_all_unsolved_joins_every_phase_at_its_g():
-  alloc = sgpo.allocate({'n_correct': N_CORRECT, 'n_samples': 8},
+  alloc = allocation_lib.allocate({'n_correct': N_CORRECT, 'n_samples': 8},
                         sgpo_cfg(unsolved_keep_fraction=1.0), seed=0)
   for phase in alloc.phases:
     assert phase.n_unsolved == 2
@@ -151,13 +153,14 @@ def test_allocate_keep_all_unsolved_joins_every_phase_at_its_g():
 
 
 def test_allocate_alternative_rules():
-  up = sgpo.allocate(sgpo.QueryProfile.from_counts(N_CORRECT, 8), sgpo_cfg(rounding='up'))
+  up = allocation_lib.allocate(allocation_lib.QueryProfile.from_counts(N_CORRECT, 8),
+                               sgpo_cfg(rounding='up'))
   members = {p.name: sorted(p.query_index.tolist()) for p in up.phases}
   assert members == {'G2': [4, 5, 6], 'G4': [2, 3, 10], 'G8': [1, 9]}
-  wide = sgpo.allocate(sgpo.QueryProfile.from_counts([1, 1, 3], [16, 8, 8]),
+  wide = allocation_lib.allocate(allocation_lib.QueryProfile.from_counts([1, 1, 3], [16, 8, 8]),
                        sgpo_cfg(group_sizes=(2, 4, 8, 16)))
   assert [p.name for p in wide.phases] == ['G2', 'G8', 'G16']
-  strict = sgpo.allocate(sgpo.QueryProfile.from_counts([4, 5, 6], 8),
+  strict = allocation_lib.allocate(allocation_lib.QueryProfile.from_counts([4, 5, 6], 8),
                          sgpo_cfg(trivial_threshold=0.5))
   assert strict.n_trivial == 2 and strict.phases[0].query_index.tolist() == [0]
 
@@ -165,9 +168,9 @@ def test_allocate_alternative_rules():
 def test_unsolved_subset_reproducible_and_differs_across_phases_and_seeds():
   n_correct = [0] * 400 + [1, 2, 3]
   cfg = sgpo_cfg(unsolved_keep_fraction=0.25)
-  a = sgpo.allocate(sgpo.QueryProfile.from_counts(n_correct, 8), cfg, seed=7)
-  b = sgpo.allocate(sgpo.QueryProfile.from_counts(n_correct, 8), cfg, seed=7)
-  c = sgpo.allocate(sgpo.QueryProfile.from_counts(n_correct, 8), cfg, seed=8)
+  a = allocation_lib.allocate(allocation_lib.QueryProfile.from_counts(n_correct, 8), cfg, seed=7)
+  b = allocation_lib.allocate(allocation_lib.QueryProfile.from_counts(n_correct, 8), cfg, seed=7)
+  c = allocation_lib.allocate(allocation_lib.QueryProfile.from_counts(n_correct, 8), cfg, seed=8)
   subsets_a = [set(p.query_index[-p.n_unsolved:].tolist()) for p in a.phases]
   subsets_b = [set(p.query_index[-p.n_unsolved:].tolist()) for p in b.phases]
   subsets_c = [set(p.query_index[-p.n_unsolved:].tolist()) for p in c.phases]
@@ -182,29 +185,32 @@ def test_unsolved_subset_reproducible_and_differs_across_phases_and_seeds():
 
 def test_mix_phase_each_query_at_own_g():
   cfg = sgpo_cfg(curriculum=False, unsolved_keep_fraction=1.0)
-  alloc = sgpo.allocate(sgpo.QueryProfile.from_counts(N_CORRECT, 8), cfg, seed=3)
+  alloc = allocation_lib.allocate(allocation_lib.QueryProfile.from_counts(N_CORRECT, 8), cfg,
+                                  seed=3)
   assert [p.name for p in alloc.phases] == ['mix']
   phase = alloc.phases[0]
   sizes = dict(zip(phase.query_index.tolist(), phase.group_size.tolist()))
   assert sizes == {1: 8, 2: 4, 3: 2, 4: 2, 5: 2, 6: 2, 9: 8, 10: 4, 0: 8, 11: 8}
   assert phase.n_unsolved == 2
-  other = sgpo.allocate(sgpo.QueryProfile.from_counts(N_CORRECT, 8), cfg, seed=4)
+  other = allocation_lib.allocate(allocation_lib.QueryProfile.from_counts(N_CORRECT, 8), cfg,
+                                  seed=4)
   assert phase.query_index.tolist() != other.phases[0].query_index.tolist()
 
 
 def test_degenerate_inputs():
   with pytest.raises(ValueError, match='empty'):
-    sgpo.allocate(sgpo.QueryProfile.from_counts([], 8), sgpo_cfg())
+    allocation_lib.allocate(allocation_lib.QueryProfile.from_counts([], 8), sgpo_cfg())
   with pytest.raises(ValueError, match='nothing to train on.*3 are trivial'):
-    sgpo.allocate(sgpo.QueryProfile.from_counts([7, 8, 8], 8), sgpo_cfg())
+    allocation_lib.allocate(allocation_lib.QueryProfile.from_counts([7, 8, 8], 8), sgpo_cfg())
   with pytest.raises(ValueError, match='unsolved_keep_fraction=0.0'):
-    sgpo.allocate(sgpo.QueryProfile.from_counts([0, 0], 8), sgpo_cfg())
-  all_unsolved = sgpo.allocate(sgpo.QueryProfile.from_counts([0, 0, 0], 8),
+    allocation_lib.allocate(allocation_lib.QueryProfile.from_counts([0, 0], 8), sgpo_cfg())
+  all_unsolved = allocation_lib.allocate(allocation_lib.QueryProfile.from_counts([0, 0, 0], 8),
                                sgpo_cfg(unsolved_keep_fraction=1.0))
   assert [p.name for p in all_unsolved.phases] == ['G8']
   assert all_unsolved.phases[0].num_prompts == 3
-  single = sgpo.allocate(sgpo.QueryProfile.from_counts([2], 8), sgpo_cfg())
+  single = allocation_lib.allocate(allocation_lib.QueryProfile.from_counts([2], 8), sgpo_cfg())
   assert [(p.name, p.query_index.tolist()) for p in single.phases] == [('G4', [0])]
   with pytest.raises(ValueError, match='duplicates'):
-    sgpo.allocate(sgpo.QueryProfile.from_counts([1, 2], 8, query_index=[5, 5]), sgpo_cfg())
+    allocation_lib.allocate(allocation_lib.QueryProfile.from_counts([1, 2], 8, query_index=[5, 5]),
+                            sgpo_cfg())
 

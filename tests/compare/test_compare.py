@@ -11,11 +11,10 @@ import sys
 import numpy as np
 import pytest
 
-from sgpo_jax.config import defaults as default_config
 from sgpo_jax import train
-from tests.test_train import read_jsonl, tiny_run_config
-
 from sgpo_jax.compare import analysis, arms, runner
+from sgpo_jax.config import defaults as default_config
+from tests.test_train import read_jsonl, tiny_run_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -299,21 +298,21 @@ def test_arms_and_seed_parsing():
 
 
 def test_bucket_settled_only_when_no_remaining_sample_can_change_the_bucket():
-  from sgpo_jax.allocators.sgpo import allocation as sgpo
+  from sgpo_jax.allocators.sgpo import allocation as allocation_lib
   cfg = default_config.get_config().sgpo
   for n in range(1, 9):
     for c in range(n + 1):
-      finals = {sgpo.profile_bucket(c + extra, 8, cfg) for extra in range(8 - n + 1)}
-      expected = len(finals) == 1 and finals == {sgpo.profile_bucket(c, n, cfg)}
-      assert sgpo.bucket_settled(c, n, 8, cfg) == expected, (c, n)
-  assert not sgpo.bucket_settled(0, 7, 8, cfg)  # one more sample may still solve it
-  assert sgpo.bucket_settled(3, 5, 8, cfg)  # 3..6 of 8 are all G=2
-  assert sgpo.bucket_settled(7, 7, 8, cfg)  # 7/8 and 8/8 are both trivial
+      finals = {allocation_lib.profile_bucket(c + extra, 8, cfg) for extra in range(8 - n + 1)}
+      expected = len(finals) == 1 and finals == {allocation_lib.profile_bucket(c, n, cfg)}
+      assert allocation_lib.bucket_settled(c, n, 8, cfg) == expected, (c, n)
+  assert not allocation_lib.bucket_settled(0, 7, 8, cfg)  # one more sample may still solve it
+  assert allocation_lib.bucket_settled(3, 5, 8, cfg)  # 3..6 of 8 are all G=2
+  assert allocation_lib.bucket_settled(7, 7, 8, cfg)  # 7/8 and 8/8 are both trivial
 
 
 @pytest.mark.slow
 def test_profile_early_stop_keeps_every_bucket_and_saves_flops(tmp_path):
-  from sgpo_jax.allocators.sgpo import allocation as sgpo
+  from sgpo_jax.allocators.sgpo import allocation as allocation_lib
   out = {}
   for early in (False, True):
     config = tiny_run_config('sgpo')
@@ -328,8 +327,8 @@ def test_profile_early_stop_keeps_every_bucket_and_saves_flops(tmp_path):
   for qi, full in out[False].items():
     part = out[True][qi]
     assert full['n_samples'] == 8 and 1 <= part['n_samples'] <= 8
-    assert sgpo.profile_bucket(part['n_correct'], part['n_samples'], config.sgpo) == \
-        sgpo.profile_bucket(full['n_correct'], 8, config.sgpo)
+    assert allocation_lib.profile_bucket(part['n_correct'], part['n_samples'], config.sgpo) == \
+        allocation_lib.profile_bucket(full['n_correct'], 8, config.sgpo)
     saved += 8 - part['n_samples']
   del summary
   assert saved >= 0
@@ -337,12 +336,12 @@ def test_profile_early_stop_keeps_every_bucket_and_saves_flops(tmp_path):
 
 def test_fill_phase_tail_tops_up_the_last_batch_of_a_phase():
   from sgpo_jax import allocators
-  from sgpo_jax.allocators.sgpo import allocation as sgpo
+  from sgpo_jax.allocators.sgpo import allocation as allocation_lib
   profile = {'n_correct': [4] * 10 + [2] * 6 + [1] * 3, 'n_samples': [8] * 19}
   out = {}
   for fill in (False, True):
     cfg = {'fill_phase_tail': fill, 'unsolved_keep_fraction': 0.0}
-    alloc = allocators.SGPOAllocator(sgpo.allocate(profile, cfg, 0), cfg, 16, 0, 19)
+    alloc = allocators.SGPOAllocator(allocation_lib.allocate(profile, cfg, 0), cfg, 16, 0, 19)
     plans = [alloc.next_plan() for _ in range(6)]
     out[fill] = [p.rows(16).padding_fraction for p in plans]
     if fill:  # a cycle is 10 x G2 + 6 x G4 + 3 x G8 = 68 rows: all 19 queries in 6 batches
@@ -378,7 +377,7 @@ def test_a_model_field_added_later_at_its_default_keeps_the_regime():
 
 def test_bayes_diagnostics_on_a_hand_made_run(tmp_path):
   from sgpo_jax.compare import __main__ as cli
-  from sgpo_jax.compare import diagnostics as bayes_diagnostics
+  from sgpo_jax.compare import diagnostics as diagnostics_lib
   path = tmp_path / 'default' / 'sgpo_bayes_seed0'
   os.makedirs(path)
   rows = [{'step': 1, 'reward_mean': 0.5, 'padding_fraction': 0.0, 'rounds': 3,
@@ -394,7 +393,7 @@ def test_bayes_diagnostics_on_a_hand_made_run(tmp_path):
       'flops': {'total': 100.0, 'profile': 10.0, 'rollout': 30.0, 'train': 60.0, 'eval': 80.0},
       'allocator': {'overflow_groups': 3, 'refills_skipped': 1, 'revisits': 10,
                     'revisits_back': 4}}))
-  d = bayes_diagnostics.run_diagnostics(str(path))
+  d = diagnostics_lib.run_diagnostics(str(path))
   assert d['final_acc'] == pytest.approx(70.0)
   # Shares of the budgeted total (eval is outside it).
   assert (d['profile_share'], d['rollout_share'], d['train_share']) == (0.1, 0.3, 0.6)
@@ -403,7 +402,7 @@ def test_bayes_diagnostics_on_a_hand_made_run(tmp_path):
   assert d['overflow_per_step'] == 1.5 and d['refills_skipped_per_step'] == 0.5
   assert d['revisit_back_share'] == 0.4 and d['wall_s'] == 30.0
   assert d['sparse_steps'] == 0.0 and 'epoch_cuts' not in d
-  assert bayes_diagnostics.sparse_share([0.0, 0.75, 0.9, 0.5]) == 0.5
+  assert diagnostics_lib.sparse_share([0.0, 0.75, 0.9, 0.5]) == 0.5
   out = tmp_path / 'diag.md'
   assert cli.main(['diagnose', '--runs-dir', str(tmp_path), '--regime', 'default', '--arms',
                    'sgpo_bayes', '--seeds', '0', '--out', str(out)]) == 0

@@ -3,7 +3,7 @@
 import json
 
 from sgpo_jax.compare import __main__ as cli
-from sgpo_jax.compare import same_run as compare_metrics
+from sgpo_jax.compare import same_run as same_run_lib
 
 
 def _write(workdir, rows):
@@ -18,9 +18,9 @@ def test_timing_fields_are_ignored_and_everything_else_is_exact(tmp_path):
   _write(tmp_path / 'b', [base[0], dict(base[1], seconds=9.0, tokens_per_second=1.0)])
   _write(tmp_path / 'c', [base[0], dict(base[1], loss=0.25 + 1e-12)])
   _write(tmp_path / 'd', base[:1])
-  assert compare_metrics.compare_workdirs(tmp_path / 'a', tmp_path / 'b') == {
+  assert same_run_lib.compare_workdirs(tmp_path / 'a', tmp_path / 'b') == {
       'metrics.jsonl': []}
   assert cli.main(['same-run', str(tmp_path / 'a'), str(tmp_path / 'b')]) == 0
-  diffs = compare_metrics.compare_workdirs(tmp_path / 'a', tmp_path / 'c')['metrics.jsonl']
+  diffs = same_run_lib.compare_workdirs(tmp_path / 'a', tmp_path / 'c')['metrics.jsonl']
   assert len(diffs) == 1 and 'loss' in diffs[0]
   assert cli.main(['same-run', str(tmp_path / 'a'), str(tmp_path / 'd')]) == 1

@@ -13,10 +13,10 @@ from sgpo_jax.config import check as config_check
 from sgpo_jax.config import defaults as default_config
 from sgpo_jax.config.args import load_config_module
 from sgpo_jax.data import loading as data_lib
+from sgpo_jax.data.loading import load_queries
 from sgpo_jax.generate import evaluate as evaluate_lib
 from sgpo_jax.model import flops as flops_lib
 from sgpo_jax.model import transformer as model_lib
-from sgpo_jax.data.loading import load_queries
 from sgpo_jax.tasks import arithmetic
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / 'sgpo_jax' / 'configs'

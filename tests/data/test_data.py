@@ -2,7 +2,6 @@
 
 import json
 import os
-
 import sys
 
 import pytest
@@ -10,10 +9,11 @@ import pytest
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(TESTS, 'fixtures'))
 
+from tiny_tfds import TEST_ROWS, TRAIN_ROWS, TinyQueries  # noqa: E402
+
 from sgpo_jax.configs.default import get_config  # noqa: E402
 from sgpo_jax.data.loading import LoadReport, Query, load_queries, load_queries_with_report  # noqa: E402
 from sgpo_jax.data.tokenizer import CharTokenizer  # noqa: E402
-from tiny_tfds import TEST_ROWS, TRAIN_ROWS, TinyQueries  # noqa: E402
 
 EXPECTED_TRAIN = [Query(r['id'], r['prompt'], r['answer'], metadata={'level': r['level']})
                   for r in TRAIN_ROWS]

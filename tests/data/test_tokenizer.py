@@ -10,8 +10,13 @@ from hypothesis import strategies as st
 
 from sgpo_jax.config import defaults as default_config
 from sgpo_jax.data import tokenizer as tokenizer_lib
-from sgpo_jax.data.tokenizer import (UNKNOWN_CHAR, CharTokenizer, HFTokenizer, load_saved_tokenizer,
-                                load_tokenizer)
+from sgpo_jax.data.tokenizer import (
+  UNKNOWN_CHAR,
+  CharTokenizer,
+  HFTokenizer,
+  load_saved_tokenizer,
+  load_tokenizer,
+)
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|> "

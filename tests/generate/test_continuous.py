@@ -12,11 +12,11 @@ import textwrap
 import jax
 import numpy as np
 import pytest
-
 from conftest import BOS, EOS, PAD, random_tokens
+
 from sgpo_jax.generate import continuous as continuous_sampling
-from sgpo_jax.model import flops
 from sgpo_jax.generate import sampler as sampling
+from sgpo_jax.model import flops
 
 MAX_PROMPT, N_NEW = 8, 6
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -130,7 +130,8 @@ def test_data_shards_give_the_one_device_completions():
       os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=4'
       import jax, numpy as np
       from sgpo_jax.generate import continuous
-      from sgpo_jax.model import sharding as sl, transformer as ml
+      from sgpo_jax.model import transformer as model_lib
+      from sgpo_jax.parallel import sharding as sharding_lib
       from tests.conftest import BOS, EOS, PAD, mesh_config, params_for, random_tokens, tiny_config
       cfg = tiny_config()
       prompts = [[BOS] + random_tokens(7 + i, n - 1, 16).tolist()
@@ -138,8 +139,8 @@ def test_data_shards_give_the_one_device_completions():
       ids = [5 * i + 3 for i in range(len(prompts))]
       outs = []
       for shape in ((1, 1, 1), (4, 1, 1), (2, 1, 2)):
-        mesh = sl.make_mesh(mesh_config(shape), jax.devices()[:int(np.prod(shape))])
-        shardings = sl.param_shardings(ml.abstract_params(cfg), mesh)
+        mesh = sharding_lib.make_mesh(mesh_config(shape), jax.devices()[:int(np.prod(shape))])
+        shardings = sharding_lib.param_shardings(model_lib.abstract_params(cfg), mesh)
         params = jax.device_put(params_for(cfg), shardings)
         sampler = continuous.ContinuousSampler(
             cfg, mesh, shardings, slots=2, queue_rows=8, max_prompt_len=8, max_new_tokens=6,

@@ -8,15 +8,15 @@ import jax
 import numpy as np
 import pytest
 
-from sgpo_jax.model import flops as flops_lib
-from sgpo_jax.generate.continuous import ContinuousSampler
-from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.data.tokenizer import CharTokenizer
 from sgpo_jax.generate import profiling as profile_lib
-from sgpo_jax.model import sharding as sharding_lib
+from sgpo_jax.generate.continuous import ContinuousSampler
 from sgpo_jax.generate.evaluate import decode_rows
 from sgpo_jax.generate.sampler import Sampler
+from sgpo_jax.model import flops as flops_lib
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.parallel import sharding as sharding_lib
 from sgpo_jax.tasks import arithmetic
-from sgpo_jax.data.tokenizer import CharTokenizer
 from tests.conftest import mesh_config, params_for, tiny_config
 
 K = 4

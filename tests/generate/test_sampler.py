@@ -6,8 +6,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-
 from conftest import BOS, EOS, PAD, forward_fn, random_tokens
+
 from sgpo_jax.generate import sampler as sampling
 
 ROWS, MAX_PROMPT, N_NEW = 4, 8, 6

@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from conftest import BOS, EOS, PAD, random_tokens
+
 from sgpo_jax.generate import continuous as continuous_sampling
 from sgpo_jax.generate import sampler as sampling
 

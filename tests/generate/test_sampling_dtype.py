@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from conftest import BOS, EOS, PAD, forward_fn, random_tokens
+
 from sgpo_jax.generate import sampler as sampling
 from sgpo_jax.generate import sampling_dtype
 from sgpo_jax.model import flops as flops_lib

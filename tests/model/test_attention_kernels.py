@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from conftest import forward_fn, left_pad, params_for, random_tokens, tiny_config
+
 from sgpo_jax.model import attention
 from sgpo_jax.model import transformer as model_lib
 
@@ -162,13 +162,12 @@ def test_cudnn_applies_only_where_its_checks_pass():
 
 
 def test_auto_is_splash_on_a_multi_chip_tpu_once_the_run_sets_its_mesh(monkeypatch):
-  """train.run enters `sharding.run_mesh_context`: on a multi-chip TPU (faked here: backend
+  """train.run enters `attention.run_mesh_context`: on a multi-chip TPU (faked here: backend
   and device count) it sets the run's mesh, and 'auto' resolves to 'splash' inside it where
   it would take 'chunked' outside; elsewhere the context is a no-op."""
   import contextlib
 
   from sgpo_jax.config import defaults
-  from sgpo_jax.model import sharding
   assert attention.needs_mesh_context('auto', 'tpu', 8)
   assert attention.needs_mesh_context('splash', 'tpu', 4)
   assert not attention.needs_mesh_context('auto', 'tpu', 1)
@@ -176,13 +175,13 @@ def test_auto_is_splash_on_a_multi_chip_tpu_once_the_run_sets_its_mesh(monkeypat
   assert not attention.needs_mesh_context('chunked', 'tpu', 8)
   config = defaults.get_config()
   config.model.attention_impl = 'auto'
-  assert isinstance(sharding.run_mesh_context(config), contextlib.nullcontext)  # CPU here
+  assert isinstance(attention.run_mesh_context(config), contextlib.nullcontext)  # CPU here
 
   monkeypatch.setattr(jax, 'default_backend', lambda: 'tpu')
   monkeypatch.setattr(jax, 'device_count', lambda *a: 8)
   assert attention.resolve_impl('auto') == 'chunked'  # no mesh: a Pallas call can't partition
-  with sharding.run_mesh_context(config):
+  with attention.run_mesh_context(config):
     assert not jax.sharding.get_abstract_mesh().empty
     assert attention.resolve_impl('auto') == 'splash'
   config.model.attention_impl = 'chunked'
-  assert isinstance(sharding.run_mesh_context(config), contextlib.nullcontext)
+  assert isinstance(attention.run_mesh_context(config), contextlib.nullcontext)

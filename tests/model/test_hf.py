@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 from conftest import forward_fn, mesh_config, params_for
 
+from sgpo_jax.generate import sampler as sampling_lib
 from sgpo_jax.model import hf
 from sgpo_jax.model import transformer as model_lib
-from sgpo_jax.generate import sampler as sampling_lib
-from sgpo_jax.model import sharding as sharding_lib
+from sgpo_jax.parallel import sharding as sharding_lib
 
 VOCAB = 96
 TOKENS = np.random.default_rng(0).integers(3, VOCAB, size=(2, 11)).astype(np.int32)
@@ -240,7 +240,7 @@ _SHARDED_SCRIPT = textwrap.dedent('''
     import jax, jax.numpy as jnp, numpy as np, ml_collections
     from sgpo_jax.model import hf
     from sgpo_jax.model import transformer as model_lib
-    from sgpo_jax.model import sharding
+    from sgpo_jax.parallel import sharding
     tokens_file, paths = sys.argv[1], sys.argv[2:]
     tokens = jnp.asarray(np.load(tokens_file))
     def logits(path, cfg, shape, devices):

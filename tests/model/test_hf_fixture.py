@@ -16,9 +16,10 @@ from conftest import forward_fn, mesh_config
 
 from sgpo_jax.config import check
 from sgpo_jax.config.args import load_config_module
-from sgpo_jax.model import devices, flops, hf, hf_fixture
-from sgpo_jax.model import sharding as sharding_lib
+from sgpo_jax.model import flops, hf, hf_fixture
 from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.parallel import devices
+from sgpo_jax.parallel import sharding as sharding_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, 'sgpo_jax', 'configs', 'qwen2_5_0_5b_gsm8k_lora.py')

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-
 from conftest import params_for, tiny_config
+
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.outputs import checkpoint as checkpoint_lib
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from sgpo_jax.model import lora as lora_lib
-from sgpo_jax.model import sharding as sharding_lib
 from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.parallel import sharding as sharding_lib
 from sgpo_jax.rl import learner as learner_lib
 from tests.conftest import mesh_config, tiny_config
 from tests.rl.test_learner import make_batch, run_config
@@ -24,7 +24,7 @@ LORA = dict(lora_rank=4, lora_alpha=8.0)
 def lora_learner(config, **lora):
   cfg = tiny_config(**{**LORA, **lora})
   mesh = sharding_lib.make_mesh(mesh_config(), jax.devices()[:1])
-  base, _ = sharding_lib.init_sharded_params(dataclasses.replace(cfg, lora_rank=0,
+  base, _ = model_lib.init_sharded_params(dataclasses.replace(cfg, lora_rank=0,
                                                                  lora_base_dtype=None),
                                              mesh, jax.random.key(0))
   params, shardings = lora_lib.attach_sharded(cfg, base, mesh, jax.random.key(1))

@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from conftest import forward_fn, left_pad, params_for, random_tokens, tiny_config
+
 from sgpo_jax.model import transformer as model_lib
 
 ATOL = 2e-5  # fp32, logits of order 1

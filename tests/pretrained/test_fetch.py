@@ -19,7 +19,7 @@ import pytest
 from conftest import forward_fn, mesh_config
 
 from sgpo_jax.model import hf
-from sgpo_jax.model import sharding as sharding_lib
+from sgpo_jax.parallel import sharding as sharding_lib
 from sgpo_jax.pretrained import catalog, fetch, gguf_checkpoint
 
 NAME = 'smollm2-135m-instruct'

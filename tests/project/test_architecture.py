@@ -93,3 +93,53 @@ def test_worked_example_plans_in_pool_order_and_resumes(in_order):
   expected = [2, 2, 2, 2, 0, 0, 0, 0]  # wraps around the pool
   assert alloc.fill_batch(rollouts).layout.row_query_index_R.tolist() == expected
   assert resumed.fill_batch(rollouts).layout.row_query_index_R.tolist() == expected
+
+
+def _room_table():
+  """[(rooms of a row, rooms it may import)] from the doc's table, top row first; None for
+  'every room'."""
+  rows = []
+  for line in DOC.read_text().split('## The rooms', 1)[1].split('\n## ', 1)[0].splitlines():
+    cells = [c.strip() for c in line.strip().strip('|').split('|')]
+    if len(cells) != 3 or cells[0] in ('Room', '---'):
+      continue
+    rooms = [r.rstrip('/') for r in re.findall(r'`([^`]+)`', cells[0])]
+    rows.append((rooms, None if 'every room' in cells[2] else re.findall(r'`([^`]+)`', cells[2])))
+  return rows
+
+
+def _room_of(module: str) -> str:
+  """'model' for sgpo_jax.model.lora, 'train.py' for sgpo_jax.train."""
+  part = module.split('.')[1]
+  return part if (DOC.parents[1] / 'sgpo_jax' / part).is_dir() else part + '.py'
+
+
+def test_the_room_table_is_the_import_graph_floor_by_floor():
+  """Every room of the package stands in docs/architecture.md's table; what it imports is
+  what its row allows (the 'May import' column names rooms below it only), so no import runs
+  back up the table and no two rooms import each other."""
+  from tests.project.test_imports import imported, module_names
+  rows = _room_table()
+  floor = {room: i for i, (rooms, _) in enumerate(rows) for room in rooms}
+  names = module_names()
+  rooms = {_room_of(m) for m in names if m != 'sgpo_jax'}
+  assert rooms - {'__init__.py'} <= set(floor), sorted(rooms - set(floor))
+  allowed = {}
+  for i, (row_rooms, may) in enumerate(rows):
+    below = {r for r, f in floor.items() if f > i}
+    if may is None:  # the entry points: every room, each other included
+      allowed.update({r: set(floor) for r in row_rooms})
+      continue
+    named = {r for m in may for r in (m.rstrip('/'), m + '.py') if r in floor}
+    assert named <= below, f'{row_rooms} may import {sorted(named - below)}, not below it'
+    allowed.update({r: named for r in row_rooms})
+  offenders = []
+  for module, path in names.items():
+    if module == 'sgpo_jax':
+      continue
+    room = _room_of(module)
+    for target in imported(module, path, set(names)) - {'sgpo_jax'}:
+      other = _room_of(target)
+      if other != room and other not in allowed[room]:
+        offenders.append(f'{module} imports {target} ({room} -> {other})')
+  assert not offenders, offenders

@@ -75,7 +75,7 @@ def test_bench_real_model_trl_reward_wraps_the_verifier():
 
   from sgpo_jax import tasks
   from sgpo_jax.config import defaults
-  from sgpo_jax.data.query import Query
+  from sgpo_jax.tasks.query import Query
   data = defaults.get_config().data
   data.reward = 'math'  # as configs/smollm2_135m_arith.py
   verifier = tasks.get_reward_fn(data)

@@ -7,9 +7,9 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import tomllib
 
 import pytest
+import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

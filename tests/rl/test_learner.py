@@ -11,10 +11,11 @@ import jax
 import numpy as np
 import pytest
 
-from sgpo_jax.config import defaults as default_config
-from sgpo_jax.rl import learner as learner_lib
-from sgpo_jax.model import sharding as sharding_lib
 from sgpo_jax.allocators import rows as rows_lib
+from sgpo_jax.config import defaults as default_config
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.parallel import sharding as sharding_lib
+from sgpo_jax.rl import learner as learner_lib
 from tests.conftest import mesh_config, tiny_config
 
 R, P, N = 16, 6, 5  # rows, max prompt len, new tokens
@@ -50,7 +51,7 @@ def make_batch(group_sizes, seed=0):
 def make_learner(config, mesh=None):
   cfg = tiny_config()
   mesh = mesh or sharding_lib.make_mesh(mesh_config(), jax.devices()[:1])
-  params, shardings = sharding_lib.init_sharded_params(cfg, mesh, jax.random.key(0))
+  params, shardings = model_lib.init_sharded_params(cfg, mesh, jax.random.key(0))
   learner = learner_lib.Learner(cfg, mesh, shardings, config, num_steps=10)
   return learner, learner.init_state(params)
 
@@ -144,7 +145,7 @@ def test_sharded_step_on_8_devices_equals_single_device():
       import os
       os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'
       import jax, numpy as np
-      from sgpo_jax.model import sharding as sharding_lib
+      from sgpo_jax.parallel import sharding as sharding_lib
       from tests.conftest import mesh_config
       from tests.rl.test_learner import (assert_one_step_params_close, make_batch, make_learner,
                                          run_config)

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sgpo_jax.rl import losses as grpo
+from sgpo_jax.rl import losses as losses_lib
 
 # --------------------------------------------------------------------------- advantages
 
@@ -65,7 +65,7 @@ def _interleaved_batch(group_rewards, seed=0):
 def test_advantages_uneven_groups_hand_numbers(estimator):
   rewards_R, group_id_R, keys = _interleaved_batch(GROUP_REWARDS)
   valid_R = np.ones_like(rewards_R, bool)
-  adv_R, _ = grpo.compute_advantages(rewards_R, group_id_R, valid_R, 16, estimator)
+  adv_R, _ = losses_lib.compute_advantages(rewards_R, group_id_R, valid_R, 16, estimator)
   expected_R = np.array([EXPECTED[estimator][g][i] for g, i in keys])
   np.testing.assert_allclose(np.asarray(adv_R), expected_R, rtol=1e-5, atol=1e-6)
   all_equal_rows = [k for k, (g, _) in enumerate(keys) if g in (5, 3)]
@@ -78,7 +78,7 @@ def test_advantage_stats_hand_numbers():
   rewards_R = np.concatenate([rewards_R, np.full(pad, 9.0, np.float32)])
   group_id_R = np.concatenate([group_id_R, np.array([0, 2, 11, 15], np.int32)])
   valid_R = np.arange(len(rewards_R)) < 16
-  _, stats = grpo.compute_advantages(rewards_R, group_id_R, valid_R, 20, 'dr_grpo')
+  _, stats = losses_lib.compute_advantages(rewards_R, group_id_R, valid_R, 20, 'dr_grpo')
   # 5 groups exist (ids 11, 15 hold only padding); 1-row group and [1, 1] are all-equal.
   assert float(stats['num_valid_groups']) == 5.0
   assert float(stats['num_valid_rows']) == 16.0
@@ -90,7 +90,7 @@ def test_advantage_stats_hand_numbers():
   np.testing.assert_allclose(float(stats['advantage_min']), -2 / 3, rtol=1e-6)
   np.testing.assert_allclose(float(stats['advantage_max']), 0.8125, rtol=1e-6)
 
-  _, stats = grpo.compute_advantages(rewards_R, group_id_R, valid_R, 20, 'grpo')
+  _, stats = losses_lib.compute_advantages(rewards_R, group_id_R, valid_R, 20, 'grpo')
   # Each non-constant group's squared grpo advantages sum to ~n: sqrt(13/16) less the eps.
   np.testing.assert_allclose(float(stats['advantage_std']), 0.90138551, rtol=1e-5)
 
@@ -102,10 +102,10 @@ def test_mixed_group_batch_equals_groups_one_by_one(estimator):
   group_rewards = {g: list(rng.normal(size=n)) for g, n in sizes.items()}
   group_rewards[6] = [0.0, 1.0, 0.0, 1.0]  # binary, like verifier rewards
   rewards_R, group_id_R, keys = _interleaved_batch(group_rewards, seed=2)
-  adv_R, _ = grpo.compute_advantages(
+  adv_R, _ = losses_lib.compute_advantages(
       rewards_R, group_id_R, np.ones_like(rewards_R, bool), len(rewards_R), estimator)
   for g, rs in group_rewards.items():
-    alone_G, _ = grpo.compute_advantages(
+    alone_G, _ = losses_lib.compute_advantages(
         np.array(rs, np.float32), np.zeros(len(rs), np.int32), np.ones(len(rs), bool), 1,
         estimator)
     in_batch_G = [float(adv_R[keys.index((g, i))]) for i in range(len(rs))]
@@ -116,7 +116,7 @@ def test_mixed_group_batch_equals_groups_one_by_one(estimator):
 def test_padding_rows_change_nothing(estimator):
   rewards_R, group_id_R, _ = _interleaved_batch(GROUP_REWARDS)
   R = len(rewards_R)
-  base_R, base_stats = grpo.compute_advantages(
+  base_R, base_stats = losses_lib.compute_advantages(
       rewards_R, group_id_R, np.ones(R, bool), 24, estimator)
   rng = np.random.default_rng(3)
   pad = 8
@@ -127,7 +127,7 @@ def test_padding_rows_change_nothing(estimator):
   padded_ids = np.concatenate([group_id_R, np.array([0, 2, 7, 7, 5, 20, 23, 1], np.int32)])
   valid = np.arange(R + pad) < R
   perm = rng.permutation(R + pad)  # padding anywhere, not only at the end
-  adv_R, stats = grpo.compute_advantages(
+  adv_R, stats = losses_lib.compute_advantages(
       padded_rewards[perm], padded_ids[perm], valid[perm], 24, estimator)
   adv_R = np.asarray(adv_R)
   unperm_R = np.empty_like(adv_R)
@@ -151,7 +151,7 @@ def test_all_equal_groups_give_exact_zero(estimator):
       3: [0.3, one_ulp_above],  # NOT all-equal: bitwise different
   }
   rewards_R, group_id_R, keys = _interleaved_batch(group_rewards, seed=4)
-  adv_R, stats = grpo.compute_advantages(
+  adv_R, stats = losses_lib.compute_advantages(
       rewards_R, group_id_R, np.ones_like(rewards_R, bool), 4, estimator)
   adv_R = np.asarray(adv_R)
   equal_rows = [k for k, (g, _) in enumerate(keys) if g != 3]
@@ -162,15 +162,15 @@ def test_all_equal_groups_give_exact_zero(estimator):
 
 
 def test_size_one_groups_give_zero_not_nan():
-  adv_R, stats = grpo.compute_advantages(
+  adv_R, stats = losses_lib.compute_advantages(
       np.array([1.0, 0.0, 0.5], np.float32), np.array([0, 1, 2]), np.ones(3, bool), 3, 'grpo')
   assert np.all(np.asarray(adv_R) == 0.0)
   assert float(stats['frac_zero_std']) == 1.0
 
 
 def test_all_padding_batch_is_finite():
-  for estimator in grpo.ADVANTAGE_ESTIMATORS:
-    adv_R, stats = grpo.compute_advantages(
+  for estimator in losses_lib.ADVANTAGE_ESTIMATORS:
+    adv_R, stats = losses_lib.compute_advantages(
         np.array([1.0, 0.0]), np.array([0, 0]), np.zeros(2, bool), 2, estimator)
     assert np.all(np.asarray(adv_R) == 0.0)
     assert all(float(v) == 0.0 for v in stats.values())
@@ -179,11 +179,11 @@ def test_all_padding_batch_is_finite():
 def test_advantages_errors_name_the_bad_value():
   args = (np.zeros(2), np.zeros(2, np.int32), np.ones(2, bool))
   with pytest.raises(ValueError, match="estimator='ppo'"):
-    grpo.compute_advantages(*args, 2, 'ppo')
+    losses_lib.compute_advantages(*args, 2, 'ppo')
   with pytest.raises(ValueError, match='num_groups=0'):
-    grpo.compute_advantages(*args, 0)
+    losses_lib.compute_advantages(*args, 0)
   with pytest.raises(ValueError, match=r'group_id_R \(3,\)'):
-    grpo.compute_advantages(np.zeros(2), np.zeros(3, np.int32), np.ones(2, bool), 2)
+    losses_lib.compute_advantages(np.zeros(2), np.zeros(3, np.int32), np.ones(2, bool), 2)
 
 
 def test_advantages_jit_one_trace_for_any_group_layout():
@@ -192,7 +192,7 @@ def test_advantages_jit_one_trace_for_any_group_layout():
   @functools.partial(jax.jit, static_argnames=('num_groups', 'estimator'))
   def jitted(rewards_R, group_id_R, valid_R, num_groups, estimator):
     traces.append(1)
-    return grpo.compute_advantages(rewards_R, group_id_R, valid_R, num_groups, estimator)
+    return losses_lib.compute_advantages(rewards_R, group_id_R, valid_R, num_groups, estimator)
 
   rng = np.random.default_rng(5)
   rewards_R = rng.normal(size=8).astype(np.float32)
@@ -203,7 +203,7 @@ def test_advantages_jit_one_trace_for_any_group_layout():
   ]
   for group_id_R, valid_R in layouts:
     adv_R, stats = jitted(rewards_R, group_id_R.astype(np.int32), valid_R, 8, 'grpo')
-    eager_R, eager_stats = grpo.compute_advantages(rewards_R, group_id_R, valid_R, 8, 'grpo')
+    eager_R, eager_stats = losses_lib.compute_advantages(rewards_R, group_id_R, valid_R, 8, 'grpo')
     np.testing.assert_allclose(np.asarray(adv_R), np.asarray(eager_R), rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(float(stats['frac_zero_std']),
                                float(eager_stats['frac_zero_std']))
@@ -229,13 +229,13 @@ def test_token_logprobs_matches_log_softmax_gather(chunk_size):
   hidden = rng.normal(size=(B, T, D)).astype(np.float32)
   head = rng.normal(size=(D, V)).astype(np.float32)
   targets = rng.integers(0, V, size=(B, T)).astype(np.int32)
-  logp, entropy = grpo.token_logprobs(hidden, head, targets, chunk_size)
+  logp, entropy = losses_lib.token_logprobs(hidden, head, targets, chunk_size)
   assert logp.shape == (B, T) and entropy.shape == (B, T) and logp.dtype == jnp.float32
   ref_logp, ref_entropy = _numpy_logprobs(hidden, head, targets)
   np.testing.assert_allclose(np.asarray(logp), ref_logp, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(np.asarray(entropy), ref_entropy, rtol=1e-5, atol=1e-5)
   # Uniform logits: entropy is exactly log V.
-  _, flat_entropy = grpo.token_logprobs(hidden, np.zeros_like(head), targets, chunk_size)
+  _, flat_entropy = losses_lib.token_logprobs(hidden, np.zeros_like(head), targets, chunk_size)
   np.testing.assert_allclose(np.asarray(flat_entropy), np.log(V), rtol=1e-6)
 
 
@@ -248,7 +248,7 @@ def test_token_logprobs_chunked_equals_unchunked_values_and_grads():
   weights = jnp.asarray(rng.normal(size=(B, T)), jnp.float32)
 
   def objective(hidden, head, chunk_size):
-    logp, entropy = grpo.token_logprobs(hidden, head, targets, chunk_size)
+    logp, entropy = losses_lib.token_logprobs(hidden, head, targets, chunk_size)
     return jnp.sum(weights * logp) + 0.1 * jnp.sum(entropy)
 
   full = jax.grad(objective, argnums=(0, 1))(hidden, head, 0)
@@ -271,13 +271,13 @@ def test_token_logprobs_bf16_inputs_and_custom_logits_fn():
   def softcapped(hidden_BxCxD, table_VxD):
     return 2.0 * jnp.tanh(jnp.einsum('bcd,vd->bcv', hidden_BxCxD, table_VxD) / 2.0)
 
-  logp, _ = grpo.token_logprobs(hidden, embed_VxD, targets, 2, logits_fn=softcapped)
+  logp, _ = losses_lib.token_logprobs(hidden, embed_VxD, targets, 2, logits_fn=softcapped)
   logits = 2.0 * np.tanh(np.einsum('btd,vd->btv', hidden, embed_VxD) / 2.0)
   ref = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
   ref = np.take_along_axis(ref, targets[..., None], -1)[..., 0]
   np.testing.assert_allclose(np.asarray(logp), ref, rtol=1e-5, atol=1e-5)
 
-  logp16, entropy16 = grpo.token_logprobs(
+  logp16, entropy16 = losses_lib.token_logprobs(
       jnp.asarray(hidden, jnp.bfloat16), jnp.asarray(embed_VxD.T / 10, jnp.bfloat16), targets, 2)
   assert logp16.dtype == jnp.float32 and entropy16.dtype == jnp.float32
   assert np.all(np.isfinite(np.asarray(logp16)))
@@ -285,7 +285,7 @@ def test_token_logprobs_bf16_inputs_and_custom_logits_fn():
 
 def test_token_logprobs_rejects_negative_chunk():
   with pytest.raises(ValueError, match='chunk_size=-1'):
-    grpo.token_logprobs(np.zeros((1, 2, 3)), np.zeros((3, 4)), np.zeros((1, 2), np.int32), -1)
+    losses_lib.token_logprobs(np.zeros((1, 2, 3)), np.zeros((3, 4)), np.zeros((1, 2), np.int32), -1)
 
 
 # --------------------------------------------------------------------------- policy loss
@@ -316,13 +316,13 @@ def test_policy_loss_hand_numbers(loss_agg, expected_sum, expected_denom):
   logp, old_logp, advantages, mask, valid = _tiny_loss_example()
   entropy = np.full_like(logp, 0.25)
   entropy[2] = 99.0  # padding row: must not count
-  loss_sum, denom, metrics = grpo.policy_loss(
+  loss_sum, denom, metrics = losses_lib.policy_loss(
       logp, old_logp, advantages, mask, valid, loss_agg=loss_agg, entropy_RxT=entropy,
       **LOSS_KW)
   np.testing.assert_allclose(float(loss_sum), expected_sum, rtol=1e-5)
   assert float(denom) == expected_denom
-  assert float(grpo.loss_denominator(mask, valid, loss_agg, 4)) == expected_denom
-  means = grpo.finalize_loss_metrics(metrics)
+  assert float(losses_lib.loss_denominator(mask, valid, loss_agg, 4)) == expected_denom
+  means = losses_lib.finalize_loss_metrics(metrics)
   assert float(means['token_count']) == 5.0 and float(means['seq_count']) == 2.0
   np.testing.assert_allclose(float(means['ratio_mean']), 5.3 / 5, rtol=1e-5)
   np.testing.assert_allclose(float(means['ratio_max']), 1.3, rtol=1e-5)
@@ -337,7 +337,7 @@ def test_policy_loss_hand_numbers(loss_agg, expected_sum, expected_denom):
 
 def _one_token_grad(log_ratio, advantage, logratio_clamp=10.0):
   def loss(logp):
-    s, d, _ = grpo.policy_loss(
+    s, d, _ = losses_lib.policy_loss(
         logp, jnp.array([[-1.0 - log_ratio]]), jnp.array([advantage]), jnp.ones((1, 1)),
         jnp.array([True]), clip_eps_low=0.2, clip_eps_high=0.28, logratio_clamp=logratio_clamp,
         loss_agg='token_mean', max_new_tokens=1)
@@ -361,11 +361,11 @@ def test_clip_edges_zero_gradient():
 def test_clip_fractions():
   ratios = np.array([1.5, 0.5, 1.5, 0.5, 1.1])
   advantages = np.array([1.0, -1.0, -1.0, 1.0, 1.0], np.float32)
-  _, _, metrics = grpo.policy_loss(
+  _, _, metrics = losses_lib.policy_loss(
       np.zeros((5, 1), np.float32), -np.log(ratios)[:, None].astype(np.float32), advantages,
       np.ones((5, 1)), np.ones(5, bool), clip_eps_low=0.2, clip_eps_high=0.28,
       logratio_clamp=10.0, loss_agg='token_mean', max_new_tokens=1)
-  means = grpo.finalize_loss_metrics(metrics)
+  means = losses_lib.finalize_loss_metrics(metrics)
   assert float(means['clip_frac_high']) == pytest.approx(0.2)
   assert float(means['clip_frac_low']) == pytest.approx(0.2)
 
@@ -376,7 +376,7 @@ def test_clip_fractions():
 ])
 def test_kl_forms(kl_form, expected_kl, expected_grad):
   def loss(logp):
-    s, d, metrics = grpo.policy_loss(
+    s, d, metrics = losses_lib.policy_loss(
         logp, jnp.array([[-1.0]]), jnp.array([0.0]), jnp.ones((1, 1)), jnp.array([True]),
         kl_coef=0.1, ref_logp_RxT=jnp.array([[-1.5]]), kl_form=kl_form, loss_agg='token_mean',
         **{**LOSS_KW, 'max_new_tokens': 1})
@@ -386,18 +386,18 @@ def test_kl_forms(kl_form, expected_kl, expected_grad):
   np.testing.assert_allclose(float(value), 0.1 * expected_kl, rtol=1e-5)
   np.testing.assert_allclose(float(grad[0, 0]), 0.1 * expected_grad, rtol=1e-5)
   np.testing.assert_allclose(
-      float(grpo.finalize_loss_metrics(metrics)['kl_mean']), expected_kl, rtol=1e-5)
+      float(losses_lib.finalize_loss_metrics(metrics)['kl_mean']), expected_kl, rtol=1e-5)
 
 
 def test_kl_argument_errors():
   args = (np.zeros((1, 1)), np.zeros((1, 1)), np.zeros(1), np.ones((1, 1)), np.ones(1, bool))
   with pytest.raises(ValueError, match='kl_coef=0.1 needs ref_logp_RxT'):
-    grpo.policy_loss(*args, kl_coef=0.1, loss_agg='token_mean', **LOSS_KW)
+    losses_lib.policy_loss(*args, kl_coef=0.1, loss_agg='token_mean', **LOSS_KW)
   with pytest.raises(ValueError, match="kl_form='k2'"):
-    grpo.policy_loss(*args, kl_coef=0.1, ref_logp_RxT=np.zeros((1, 1)), kl_form='k2',
+    losses_lib.policy_loss(*args, kl_coef=0.1, ref_logp_RxT=np.zeros((1, 1)), kl_form='k2',
                      loss_agg='token_mean', **LOSS_KW)
   with pytest.raises(ValueError, match="loss_agg='mean'"):
-    grpo.policy_loss(*args, loss_agg='mean', **LOSS_KW)
+    losses_lib.policy_loss(*args, loss_agg='mean', **LOSS_KW)
 
 
 # --------------------------------------------------------------------------- GSPO and CISPO
@@ -415,14 +415,15 @@ def test_gspo_hand_numbers(loss_agg, expected_sum, expected_denom):
   logp, old_logp, advantages, mask, valid = _tiny_loss_example()
 
   def loss(logp):
-    s, d, metrics = grpo.policy_loss(logp, old_logp, advantages, mask, valid, loss_agg=loss_agg,
+    s, d, metrics = losses_lib.policy_loss(logp, old_logp, advantages, mask, valid,
+                                           loss_agg=loss_agg,
                                      importance_level='sequence', **LOSS_KW)
     return s, (d, metrics)
 
   (loss_sum, (denom, metrics)), grad = jax.value_and_grad(loss, has_aux=True)(jnp.asarray(logp))
   np.testing.assert_allclose(float(loss_sum), expected_sum, rtol=1e-5)
   assert float(denom) == expected_denom
-  means = grpo.finalize_loss_metrics(metrics)
+  means = losses_lib.finalize_loss_metrics(metrics)
   np.testing.assert_allclose(float(means['ratio_max']), 1.17 ** (1 / 3), rtol=1e-5)
   np.testing.assert_allclose(float(means['ratio_min']), 1.1 ** 0.5, rtol=1e-5)
   assert float(means['clip_frac_high']) == 0.0  # sequence-level: no sequence is clipped
@@ -448,7 +449,7 @@ def test_gspo_token_form_equals_plain_gspo_value_and_gradient():
   eps = {'clip_eps_low': 3e-4, 'clip_eps_high': 4e-4}
 
   def ours(logp):
-    s, d, _ = grpo.policy_loss(logp, old_logp, advantages, mask, valid,
+    s, d, _ = losses_lib.policy_loss(logp, old_logp, advantages, mask, valid,
                                loss_agg='seq_mean_token_mean', importance_level='sequence',
                                logratio_clamp=10.0, max_new_tokens=T, **eps)
     return s / d
@@ -475,7 +476,7 @@ def test_sequence_clipping_is_all_or_nothing_per_sequence():
 
   def grad(level):
     def loss(logp):
-      s, d, _ = grpo.policy_loss(logp, old_logp, jnp.array([1.0]), jnp.ones((1, 2)),
+      s, d, _ = losses_lib.policy_loss(logp, old_logp, jnp.array([1.0]), jnp.ones((1, 2)),
                                  jnp.array([True]), loss_agg='seq_mean_token_mean',
                                  importance_level=level, **LOSS_KW)
       return s / d
@@ -491,7 +492,7 @@ def test_cispo_hand_numbers():
   logp, old_logp, advantages, mask, valid = _tiny_loss_example()
 
   def loss(logp):
-    s, d, metrics = grpo.policy_loss(logp, old_logp, advantages, mask, valid,
+    s, d, metrics = losses_lib.policy_loss(logp, old_logp, advantages, mask, valid,
                                      loss_agg='token_mean', pg_loss='cispo', **LOSS_KW)
     return s / d, (s, metrics)
 
@@ -500,7 +501,7 @@ def test_cispo_hand_numbers():
   # Gradient -sg(w) A / 5 on every counted token: the weight is not differentiated.
   np.testing.assert_allclose(np.asarray(grad), np.array([
       [-1.0, -1.1, 0.0], [0.5, 0.45, 0.6], [0.0, 0.0, 0.0]]) / 5, rtol=1e-5, atol=1e-7)
-  means = grpo.finalize_loss_metrics(metrics)
+  means = losses_lib.finalize_loss_metrics(metrics)
   assert float(means['clip_frac_high']) == pytest.approx(0.2)  # the 1.3 token, any A sign
   assert float(means['clip_frac_low']) == 0.0
 
@@ -508,7 +509,7 @@ def test_cispo_hand_numbers():
 def test_cispo_keeps_the_gradient_ppo_clips_away():
   def grad(pg_loss):
     def loss(logp):
-      s, d, _ = grpo.policy_loss(logp, jnp.array([[-1.0 - np.log(1.5)]]), jnp.array([1.0]),
+      s, d, _ = losses_lib.policy_loss(logp, jnp.array([[-1.0 - np.log(1.5)]]), jnp.array([1.0]),
                                  jnp.ones((1, 1)), jnp.array([True]), loss_agg='token_mean',
                                  pg_loss=pg_loss, **{**LOSS_KW, 'max_new_tokens': 1})
       return s / d
@@ -521,12 +522,12 @@ def test_cispo_keeps_the_gradient_ppo_clips_away():
 def test_unknown_loss_names_are_named():
   args = (np.zeros((1, 1)), np.zeros((1, 1)), np.zeros(1), np.ones((1, 1)), np.ones(1, bool))
   with pytest.raises(ValueError, match="pg_loss='reinforce'.*cispo"):
-    grpo.policy_loss(*args, loss_agg='token_mean', pg_loss='reinforce', **LOSS_KW)
+    losses_lib.policy_loss(*args, loss_agg='token_mean', pg_loss='reinforce', **LOSS_KW)
   with pytest.raises(ValueError, match="importance_level='row'.*sequence"):
-    grpo.policy_loss(*args, loss_agg='token_mean', importance_level='row', **LOSS_KW)
+    losses_lib.policy_loss(*args, loss_agg='token_mean', importance_level='row', **LOSS_KW)
 
 
-_LOSS_VARIANTS = [(agg, 'ppo', 'token') for agg in sorted(grpo.LOSS_AGGREGATIONS)] + [
+_LOSS_VARIANTS = [(agg, 'ppo', 'token') for agg in sorted(losses_lib.LOSS_AGGREGATIONS)] + [
     ('seq_mean_token_mean', 'ppo', 'sequence'), ('token_mean', 'ppo', 'sequence'),
     ('token_mean', 'cispo', 'token'), ('seq_mean_token_sum_norm', 'cispo', 'sequence')]
 
@@ -547,13 +548,13 @@ def test_micro_batched_gradient_equals_full_batch(loss_agg, pg_loss, importance_
         'importance_level': importance_level, **LOSS_KW}
 
   def rows_loss(logp_rows, rows, denom):
-    s, _, metrics = grpo.policy_loss(
+    s, _, metrics = losses_lib.policy_loss(
         logp_rows, old_logp[rows], advantages[rows], mask[rows], valid[rows],
         ref_logp_RxT=ref_logp[rows], **kw)
     return s / jnp.maximum(denom, 1.0), metrics
 
   all_rows = slice(0, R)
-  global_denom = grpo.loss_denominator(mask, valid, loss_agg, LOSS_KW['max_new_tokens'])
+  global_denom = losses_lib.loss_denominator(mask, valid, loss_agg, LOSS_KW['max_new_tokens'])
   (full_loss, full_metrics), full_grad = jax.value_and_grad(rows_loss, has_aux=True)(
       logp, all_rows, global_denom)
 
@@ -563,7 +564,7 @@ def test_micro_batched_gradient_equals_full_batch(loss_agg, pg_loss, importance_
         logp[rows], rows, global_denom)
     micro_loss += loss_i
     micro_grads.append(grad_i)
-    micro_metrics = metrics_i if micro_metrics is None else grpo.merge_loss_metrics(
+    micro_metrics = metrics_i if micro_metrics is None else losses_lib.merge_loss_metrics(
         micro_metrics, metrics_i)
   np.testing.assert_allclose(float(micro_loss), float(full_loss), rtol=1e-5, atol=1e-7)
   np.testing.assert_allclose(np.concatenate(micro_grads), np.asarray(full_grad), rtol=1e-5,
@@ -575,15 +576,15 @@ def test_micro_batched_gradient_equals_full_batch(loss_agg, pg_loss, importance_
 
 def test_policy_loss_under_jit_matches_eager():
   logp, old_logp, advantages, mask, valid = _tiny_loss_example()
-  for loss_agg in grpo.LOSS_AGGREGATIONS:
-    jitted = jax.jit(functools.partial(grpo.policy_loss, loss_agg=loss_agg, **LOSS_KW))
-    eager = grpo.policy_loss(logp, old_logp, advantages, mask, valid, loss_agg=loss_agg,
+  for loss_agg in losses_lib.LOSS_AGGREGATIONS:
+    jitted = jax.jit(functools.partial(losses_lib.policy_loss, loss_agg=loss_agg, **LOSS_KW))
+    eager = losses_lib.policy_loss(logp, old_logp, advantages, mask, valid, loss_agg=loss_agg,
                              **LOSS_KW)
     jit_out = jitted(logp, old_logp, advantages, mask, valid)
     np.testing.assert_allclose(float(jit_out[0]), float(eager[0]), rtol=1e-6)
     np.testing.assert_allclose(float(jit_out[1]), float(eager[1]))
   # kl_coef traced: a runtime value, not a recompile.
-  traced_kl = jax.jit(lambda coef: grpo.policy_loss(
+  traced_kl = jax.jit(lambda coef: losses_lib.policy_loss(
       logp, old_logp, advantages, mask, valid, kl_coef=coef, ref_logp_RxT=logp - 0.1,
       loss_agg='token_mean', **LOSS_KW)[0])
   assert float(traced_kl(0.0)) == pytest.approx(-0.5, rel=1e-5)
@@ -597,7 +598,7 @@ def test_policy_gradient_step_moves_logprobs_by_advantage_sign():
   rewards = jnp.array([1.0, 0.0, 0.0])  # one group of 3: row 0 solved
   group_id = jnp.zeros(3, jnp.int32)
   valid = jnp.ones(3, bool)
-  advantages, _ = grpo.compute_advantages(rewards, group_id, valid, 1, 'grpo')
+  advantages, _ = losses_lib.compute_advantages(rewards, group_id, valid, 1, 'grpo')
   assert float(advantages[0]) > 0 and float(advantages[1]) < 0
   hidden = jnp.broadcast_to(jnp.eye(T), (3, T, T))  # position t -> row t of the table
   mask = jnp.ones((3, T))
@@ -605,13 +606,13 @@ def test_policy_gradient_step_moves_logprobs_by_advantage_sign():
 
   @jax.jit
   def seq_logp(head):
-    logp, _ = grpo.token_logprobs(hidden, head, targets, chunk_size=2)
+    logp, _ = losses_lib.token_logprobs(hidden, head, targets, chunk_size=2)
     return logp
 
   old_logp = seq_logp(head)
 
   def loss(head):
-    s, d, _ = grpo.policy_loss(seq_logp(head), old_logp, advantages, mask, valid,
+    s, d, _ = losses_lib.policy_loss(seq_logp(head), old_logp, advantages, mask, valid,
                                loss_agg='seq_mean_token_mean', **LOSS_KW)
     return s / d
 
@@ -641,8 +642,8 @@ def test_gspo_sequence_near_a_clip_bound_is_clipped_whole(jit):
   logp_RxT, old_RxT = jnp.asarray(np.stack(rows_logp)), jnp.asarray(np.stack(rows_old))
   R, T = logp_RxT.shape
   mask_RxT = jnp.ones((R, T))
-  ratio_fn = grpo.IMPORTANCE_RATIOS['sequence']
-  loss_fn = functools.partial(grpo.policy_loss, clip_eps_low=3e-4, clip_eps_high=eps_high,
+  ratio_fn = losses_lib.IMPORTANCE_RATIOS['sequence']
+  loss_fn = functools.partial(losses_lib.policy_loss, clip_eps_low=3e-4, clip_eps_high=eps_high,
                               logratio_clamp=10.0, loss_agg='seq_mean_token_mean',
                               max_new_tokens=T, importance_level='sequence')
   if jit:
@@ -666,7 +667,7 @@ def test_k3_kl_is_finite_far_from_the_reference():
   """ref - logp = 100 would overflow exp in float32 (inf loss, NaN gradient); the log-ratio
   is clamped to [-20, 20] first: KL = e^20 - 20 - 1, and no gradient beyond the clamp."""
   def loss(logp, ref):
-    s, d, metrics = grpo.policy_loss(
+    s, d, metrics = losses_lib.policy_loss(
         logp, logp, jnp.array([0.0]), jnp.ones((1, 2)), jnp.array([True]), kl_coef=0.1,
         ref_logp_RxT=ref, kl_form='k3', loss_agg='token_mean', **LOSS_KW)
     return s / d, metrics
@@ -713,7 +714,7 @@ def test_non_finite_fillers_in_masked_positions_leave_gradients_unchanged(
 
   def run(logp, old_logp, ref_logp, entropy, advantages, weight):
     def loss(logp):
-      s, d, metrics = grpo.policy_loss(
+      s, d, metrics = losses_lib.policy_loss(
           logp, old_logp, advantages, mask, valid, kl_coef=0.1, ref_logp_RxT=ref_logp,
           entropy_RxT=entropy, loss_agg='token_mean', pg_loss=pg_loss,
           importance_level=importance_level, token_weight_RxT=weight if packed else None,
@@ -739,9 +740,11 @@ def test_non_finite_fillers_in_masked_positions_leave_gradients_unchanged(
     ('cispo', 'sequence', (1.0, 4e-4)),
 ])
 def test_unset_clip_bounds_take_the_losses_defaults(policy_loss, importance_level, expected):
-  assert grpo.resolve_clip_bounds(policy_loss, importance_level) == expected
+  assert losses_lib.resolve_clip_bounds(policy_loss, importance_level) == expected
   # A bound that is set wins, each independently (0.0 is a value, not "unset").
-  assert grpo.resolve_clip_bounds(policy_loss, importance_level, 0.0, None) == (0.0, expected[1])
-  assert grpo.resolve_clip_bounds(policy_loss, importance_level, None, 0.5) == (expected[0], 0.5)
+  assert losses_lib.resolve_clip_bounds(policy_loss, importance_level, 0.0, None) == (0.0,
+                                                                                      expected[1])
+  assert losses_lib.resolve_clip_bounds(policy_loss, importance_level, None, 0.5) == (expected[0],
+                                                                                      0.5)
   with pytest.raises(ValueError, match="policy_loss='reinforce'"):
-    grpo.resolve_clip_bounds('reinforce', importance_level)
+    losses_lib.resolve_clip_bounds('reinforce', importance_level)

@@ -14,9 +14,10 @@ import optax
 import pytest
 
 from sgpo_jax.model import flops as flops_lib
+from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.parallel import sharding as sharding_lib
 from sgpo_jax.rl import learner as learner_lib
 from sgpo_jax.rl import sequence_packing as packing_lib
-from sgpo_jax.model import sharding as sharding_lib
 from tests.conftest import mesh_config, tiny_config
 from tests.rl.test_learner import N, P, R, make_batch, run_config
 
@@ -80,7 +81,7 @@ def test_packed_step_on_4_devices_equals_padded_single_device():
       import os
       os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=4'
       import jax, numpy as np
-      from sgpo_jax.model import sharding as sharding_lib
+      from sgpo_jax.parallel import sharding as sharding_lib
       from tests.conftest import mesh_config
       from tests.rl.test_learner import (assert_one_step_params_close, make_batch, make_learner,
                                          run_config, P, N)
@@ -115,7 +116,7 @@ def _sgd_learner(config):
   """SGD with lr 1 and no clipping: params_before - params_after is exactly the gradient."""
   cfg = tiny_config()
   mesh = sharding_lib.make_mesh(mesh_config(), jax.devices()[:1])
-  params, shardings = sharding_lib.init_sharded_params(cfg, mesh, jax.random.key(0))
+  params, shardings = model_lib.init_sharded_params(cfg, mesh, jax.random.key(0))
   learner = learner_lib.Learner(cfg, mesh, shardings, config, num_steps=10)
   learner.optimizer = optax.sgd(1.0)
   before = jax.tree.map(np.asarray, params)

@@ -7,8 +7,8 @@ import json
 import os
 import threading
 
-import jax
 import flax.linen as nn
+import jax
 import numpy as np
 import pytest
 
@@ -133,8 +133,8 @@ def _per_layer(params):
 
 
 def _target(config):
-  from sgpo_jax.model import sharding as sharding_lib
   from sgpo_jax.model import transformer as model_lib
+  from sgpo_jax.parallel import sharding as sharding_lib
   cfg = model_lib.ModelConfig.from_config(config.model)
   mesh = sharding_lib.make_mesh(config.mesh, jax.devices()[:1])
   abstract = model_lib.abstract_params(cfg)

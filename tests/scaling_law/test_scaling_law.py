@@ -10,11 +10,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sgpo_jax.scaling_law import (
+  EarlyStopper,
+  FormPrior,
+  exponential_curve,
+  fit_joint_law,
+  fit_trajectory,
+  forecast,
+  forecast_zero_shot,
+  load_run,
+  logistic_curve,
+  select_form,
+  simulate_trajectory,
+  write_synthetic_run,
+)
 from sgpo_jax.scaling_law import __main__ as scaling_law_cli
-from sgpo_jax.scaling_law import (EarlyStopper, FormPrior, exponential_curve, fit_joint_law,
-                                  fit_trajectory, forecast, forecast_zero_shot, load_run,
-                                  logistic_curve, select_form, simulate_trajectory,
-                                  write_synthetic_run)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOTAL = 300

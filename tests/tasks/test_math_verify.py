@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sgpo_jax.data.query import Query
 from sgpo_jax.tasks import math_answer
 from sgpo_jax.tasks.math_answer import extract_answer, screen_answer
 from sgpo_jax.tasks.math_reward import MathVerifier
+from sgpo_jax.tasks.query import Query
 
 # (completion, reference, expected reward)
 CASES = [

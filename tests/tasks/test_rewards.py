@@ -13,9 +13,9 @@ import pytest
 from sgpo_jax import tasks
 from sgpo_jax.config import check as config_check
 from sgpo_jax.config import defaults as default_config
-from sgpo_jax.config.errors import ConfigError
-from sgpo_jax.data.query import Query
+from sgpo_jax.errors import ConfigError
 from sgpo_jax.tasks import arithmetic, rewards
+from sgpo_jax.tasks.query import Query
 
 USER_MODULE = textwrap.dedent('''
     import math

@@ -5,11 +5,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sgpo_jax.configs.default import get_config
 from sgpo_jax import tasks
+from sgpo_jax.configs.default import get_config
 from sgpo_jax.data.loading import Query, load_queries
-from sgpo_jax.tasks import arithmetic
 from sgpo_jax.data.tokenizer import CharTokenizer
+from sgpo_jax.tasks import arithmetic
 
 
 def _data_config(**overrides):

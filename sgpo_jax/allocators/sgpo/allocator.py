@@ -12,12 +12,17 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax.allocators.sgpo import allocation as sgpo_lib
-from sgpo_jax.allocators.base import (BatchPlan, EpochCursor, PlanAllocator,
-                                      register_allocator, stream_rng)
-from sgpo_jax.allocators.rows import RowLayout
-from sgpo_jax.allocators.sgpo.allocation import Allocation, SGPOSettings
 from sgpo_jax.allocators import rows as rows_lib
+from sgpo_jax.allocators.base import (
+  BatchPlan,
+  EpochCursor,
+  PlanAllocator,
+  register_allocator,
+  stream_rng,
+)
+from sgpo_jax.allocators.rows import RowLayout
+from sgpo_jax.allocators.sgpo import allocation as sgpo_lib
+from sgpo_jax.allocators.sgpo.allocation import Allocation, SGPOSettings
 
 _PHASE_STREAM = 0x9A5E
 _REPLAY_STREAM = 0x8E91

@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sgpo_jax.allocators.sgpo_bayes import posterior as bayes
+from sgpo_jax.allocators import rows as rows_lib
 from sgpo_jax.allocators.base import (
   Allocator,
   BatchPlan,
@@ -50,8 +50,8 @@ from sgpo_jax.allocators.base import (
 )
 from sgpo_jax.allocators.dynamic_sampling import RoundBatchBuilder
 from sgpo_jax.allocators.rows import RowLayout
-from sgpo_jax.allocators import rows as rows_lib
 from sgpo_jax.allocators.settings import AllocatorSettings, require
+from sgpo_jax.allocators.sgpo_bayes import posterior as posterior_lib
 
 _POOL_ORDER_STREAM = 0xBA7E5
 _REVISIT_STREAM = 0x2E71
@@ -142,7 +142,8 @@ class BayesSettings(AllocatorSettings):
     # An unseen prompt must start above the floor, or one all-equal group deprioritises
     # almost every prompt and the candidates starve.
     min_g = self.group_sizes[0]
-    prior_inf = float(bayes.informative_probability(self.prior_alpha, self.prior_beta, min_g))
+    prior_inf = float(posterior_lib.informative_probability(self.prior_alpha, self.prior_beta,
+                                                            min_g))
     require(self.informative_floor < prior_inf,
             f'sgpo_bayes.informative_floor={self.informative_floor} must be below '
             f'{prior_inf:.3f}, the informative probability of an unseen prompt (prior '
@@ -289,7 +290,7 @@ class BayesAllocator(Allocator):
     if self.stratum_Q is None:
       return st.alpha, st.beta
     succ_Q, fail_Q = st.alpha - cfg.prior_alpha, st.beta - cfg.prior_beta
-    a_S, b_S = bayes.pooled_prior(succ_Q, fail_Q, self.stratum_Q, cfg.prior_alpha,
+    a_S, b_S = posterior_lib.pooled_prior(succ_Q, fail_Q, self.stratum_Q, cfg.prior_alpha,
                                   cfg.prior_beta, cfg.pooled_prior_strength,
                                   cfg.pooled_max_concentration)
     return a_S[self.stratum_Q] + succ_Q, b_S[self.stratum_Q] + fail_Q
@@ -298,12 +299,12 @@ class BayesAllocator(Allocator):
                   group_size: int | None = None) -> np.ndarray:
     a_Q, b_Q = self.posterior()
     idx = slice(None) if query_index is None else np.asarray(query_index)
-    return bayes.informative_probability(a_Q[idx], b_Q[idx], group_size or self.min_g)
+    return posterior_lib.informative_probability(a_Q[idx], b_Q[idx], group_size or self.min_g)
 
   def own_informative(self, q: int) -> float:
     """P_inf(min G) of prompt q's own posterior (what informative_floor is compared to)."""
     st = self.state
-    return float(bayes.informative_probability(st.alpha[q], st.beta[q], self.min_g))
+    return float(posterior_lib.informative_probability(st.alpha[q], st.beta[q], self.min_g))
 
   def skippable(self, q: int) -> bool:
     """Whether prompt q may be deprioritised on a low P_inf (skip_side='both': either tail;
@@ -321,7 +322,7 @@ class BayesAllocator(Allocator):
     queries, inverse = np.unique(query_R, return_inverse=True)
     succ = np.bincount(inverse, weights=success_R, minlength=queries.size)
     fail = np.bincount(inverse, weights=1.0 - success_R, minlength=queries.size)
-    st.alpha[queries], st.beta[queries] = bayes.update_posterior(
+    st.alpha[queries], st.beta[queries] = posterior_lib.update_posterior(
         st.alpha[queries], st.beta[queries], succ, fail, cfg.prior_alpha, cfg.prior_beta,
         decay)
 
@@ -329,7 +330,7 @@ class BayesAllocator(Allocator):
 
   def _decide(self, q: int) -> str:
     cfg, st = self.settings, self.state
-    return bayes.profile_decision(
+    return posterior_lib.profile_decision(
         int(st.probe_c[q]), int(st.probe_n[q]), prior_alpha=cfg.prior_alpha,
         prior_beta=cfg.prior_beta, group_size=self.min_g, settle_high=cfg.settle_high,
         settle_low=cfg.settle_low, min_samples=cfg.profile_min_samples,
@@ -409,7 +410,7 @@ class BayesAllocator(Allocator):
     passes = min(st.visits_since_draw / self.num_queries, 1.0)
     if st.epoch > 0 and st.revisits:
       share = st.revisits_back / st.revisits
-      st.revisit_base = bayes.adapt_revisit_base(st.revisit_base, share, cfg.revisit_target,
+      st.revisit_base = posterior_lib.adapt_revisit_base(st.revisit_base, share, cfg.revisit_target,
                                                  cfg.revisit_step * passes, cfg.revisit_floor)
     st.epoch += 1
     st.served[:] = False
@@ -424,7 +425,7 @@ class BayesAllocator(Allocator):
     low = np.flatnonzero(st.status == DEPRIORITISED)
     st.visits_since_draw = 0
     if low.size:
-      p_R = bayes.revisit_probability(st.skips[low], st.revisit_base, cfg.revisit_floor,
+      p_R = posterior_lib.revisit_probability(st.skips[low], st.revisit_base, cfg.revisit_floor,
                                       passes)
       rng = np.random.default_rng(np.random.SeedSequence([self.seed, _REVISIT_STREAM,
                                                           st.epoch]))
@@ -442,7 +443,7 @@ class BayesAllocator(Allocator):
         # decay_by_passes: by as much as training moved since the last draw (evidence_decay
         # per pool pass), so short epochs (few learnable prompts) do not wash it out.
         decay = cfg.evidence_decay ** passes if cfg.decay_by_passes else cfg.evidence_decay
-        st.alpha[drawn], st.beta[drawn] = bayes.update_posterior(
+        st.alpha[drawn], st.beta[drawn] = posterior_lib.update_posterior(
             st.alpha[drawn], st.beta[drawn], 0.0, 0.0, cfg.prior_alpha, cfg.prior_beta, decay)
       for q in sorted(drawn.tolist(), key=order.__getitem__):
         if cfg.profile:
@@ -513,10 +514,10 @@ class BayesAllocator(Allocator):
       return False
     cand = np.array(st.candidates, np.int64)
     a_Q, b_Q = self.posterior()
-    if float(bayes.informative_probability(a_Q[cand], b_Q[cand], self.min_g).max()) \
+    if float(posterior_lib.informative_probability(a_Q[cand], b_Q[cand], self.min_g).max()) \
         >= cfg.epoch_cut:
       return False
-    st.alpha[cand], st.beta[cand] = bayes.update_posterior(
+    st.alpha[cand], st.beta[cand] = posterior_lib.update_posterior(
         st.alpha[cand], st.beta[cand], 0.0, 0.0, cfg.prior_alpha, cfg.prior_beta,
         cfg.evidence_decay)
     st.epoch_cuts += 1
@@ -530,7 +531,7 @@ class BayesAllocator(Allocator):
     cand = np.array(st.candidates, np.int64)
     if not cfg.prioritise or cand.size <= cfg.window:
       return cand[:cfg.window]
-    p_inf = bayes.informative_probability(a_Q[cand], b_Q[cand], self.min_g)
+    p_inf = posterior_lib.informative_probability(a_Q[cand], b_Q[cand], self.min_g)
     return cand[np.argsort(-p_inf, kind='stable')[:cfg.window]]
 
   def _plan(self, posterior: tuple[np.ndarray, np.ndarray]) -> BatchPlan:
@@ -538,7 +539,7 @@ class BayesAllocator(Allocator):
     cfg = self.settings
     a_Q, b_Q = posterior
     window = self._window(a_Q, b_Q)
-    g_P = bayes.choose_group_sizes(a_Q[window], b_Q[window], cfg.group_sizes,
+    g_P = posterior_lib.choose_group_sizes(a_Q[window], b_Q[window], cfg.group_sizes,
                                    self.rows_per_batch, cfg.signal_exponent)
     if not g_P.any():  # every option below the floor of value: take the first at min G
       g_P[0] = self.min_g
@@ -603,9 +604,9 @@ class BayesAllocator(Allocator):
     P_inf(G) * G over the plan's groups; `posterior`: this round's, as from posterior())."""
     a_Q, b_Q = posterior if posterior is not None else self.posterior()
     expected = float(sum(
-        float(bayes.informative_probability(a_Q[q], b_Q[q], int(g))) * int(g)
+        float(posterior_lib.informative_probability(a_Q[q], b_Q[q], int(g))) * int(g)
         for q, g in zip(plan.query_index.tolist(), plan.group_size.tolist())))
-    return bayes.refill_lowers_cost(filled_rows, expected, rounds_done, self.rows_per_batch,
+    return posterior_lib.refill_lowers_cost(filled_rows, expected, rounds_done, self.rows_per_batch,
                                     self.settings.train_cost_per_row)
 
   def observe(self, plan: BatchPlan, rewards_R: np.ndarray, layout: RowLayout,
@@ -625,7 +626,8 @@ class BayesAllocator(Allocator):
     valid = np.flatnonzero(layout.valid_R)
     a_Q, b_Q = posterior if posterior is not None else self.posterior()
     for q, g in zip(plan.query_index.tolist(), plan.group_size.tolist()):  # calibration
-      st.expected_informative += float(bayes.informative_probability(a_Q[q], b_Q[q], int(g)))
+      st.expected_informative += float(posterior_lib.informative_probability(a_Q[q], b_Q[q],
+                                                                             int(g)))
     self._observe_samples(layout.row_query_index_R[valid], np.clip(raw_R[valid], 0.0, 1.0),
                           cfg.evidence_decay)
     room = self.rows_per_batch if free_rows is None else int(free_rows)

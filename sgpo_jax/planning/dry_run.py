@@ -52,12 +52,12 @@ import ml_collections
 from jax.sharding import AbstractMesh
 
 from sgpo_jax.data import inputs as inputs_lib
-from sgpo_jax.model import compiled_memory
-from sgpo_jax.model import devices as devices_lib
 from sgpo_jax.model import flops as flops_lib
 from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.model import transformer as model_lib
-from sgpo_jax.model import sharding as sharding_lib
+from sgpo_jax.parallel import devices as devices_lib
+from sgpo_jax.parallel import sharding as sharding_lib
+from sgpo_jax.planning import compiled_memory
 
 _BYTES = {'float32': 4, 'bfloat16': 2, 'float16': 2}
 

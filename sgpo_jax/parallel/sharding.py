@@ -1,31 +1,30 @@
-"""The device mesh, logical->mesh axis rules, sharded parameter creation, host<->mesh data.
+"""The device mesh, logical->mesh axis rules, sharded parameters, host<->mesh data.
 
-Sharding is data, not code: every parameter carries logical axis names (transformer.py) and
-`DEFAULT_RULES` maps each name to mesh axes. A logical axis whose size does not divide the
-mesh axes it maps to is replicated instead (e.g. a 16-token vocabulary over tp=3), so tiny
-test models run on any mesh. Batches shard their rows over `BATCH_AXES`.
+Sharding is data, not code: every parameter carries logical axis names
+(model/transformer.py) and `DEFAULT_RULES` maps each name to mesh axes. A logical axis
+whose size does not divide the mesh axes it maps to is replicated instead (e.g. a 16-token
+vocabulary over tp=3), so tiny test models run on any mesh. Batches shard their rows over
+`BATCH_AXES`.
 
 Multi-process (one controller per host, `jax.distributed`): every process holds the same
 full host batch (built deterministically from seed, profile and gathered rewards) and
 `shard_batch` hands `jax.make_array_from_process_local_data` only the rows its own devices
-hold. Device outputs come back to every host with `to_host`; rewards are scored once per
-row (`score_across_processes`) so host-side decisions never diverge; state read from files
-comes from process 0 (`broadcast_from_writer`); `is_writer()` is True on process 0 only.
+hold. Device outputs come back to every host with `to_host`. What each process does apart
+(who writes, scoring once per row, starting `jax.distributed`) is `processes.py`.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-from sgpo_jax.model import transformer as model_lib
+import optax
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 BATCH_AXES = ('data', 'fsdp')
 DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
@@ -101,23 +100,6 @@ def resolve_mesh_shape(shape: Sequence[int] | str, axes: Sequence[str], num_devi
   return shape
 
 
-def run_mesh_context(config) -> Any:
-  """`jax.set_mesh(the run's mesh)` where attention needs it to pick the splash kernel (a
-  multi-chip TPU, `attention.needs_mesh_context`), else a no-op context: elsewhere tracing
-  stays exactly as it was."""
-  import contextlib
-
-  from sgpo_jax.model import attention
-  if not attention.needs_mesh_context(config.model.attention_impl, jax.default_backend(),
-                                      jax.device_count()):
-    return contextlib.nullcontext()
-  try:
-    mesh = make_mesh(config.mesh)
-  except ValueError:  # a mesh larger than this host: the dry run's analytic mode says so
-    return contextlib.nullcontext()
-  return jax.set_mesh(mesh)
-
-
 def make_mesh(mesh_config, devices: Sequence[Any] | None = None) -> Mesh:
   devices = list(devices if devices is not None else jax.devices())
   shape = resolve_mesh_shape(mesh_config.shape, mesh_config.axes, len(devices))
@@ -162,18 +144,10 @@ def param_shardings(boxed_abstract_params, mesh: Mesh, rules=DEFAULT_RULES):
                       specs, shapes, is_leaf=lambda x: isinstance(x, P))
 
 
-def init_sharded_params(cfg: model_lib.ModelConfig, mesh: Mesh, rng, rules=DEFAULT_RULES):
-  """Creates parameters directly on the mesh with their target shardings."""
-  shardings = param_shardings(model_lib.abstract_params(cfg), mesh, rules)
-  init = jax.jit(lambda key: model_lib.init_params(cfg, key), out_shardings=shardings)
-  return init(rng), shardings
-
-
 def init_optimizer_state(optimizer, params) -> Any:
   """`optimizer.init(params)` on the params' mesh: moments take their parameter's sharding,
   everything else (step counts) is replicated. Left to itself jit puts a count on one device,
   which a multi-process jit rejects next to mesh-wide arrays."""
-  import optax
   mesh = jax.tree.leaves(params)[0].sharding.mesh
   shardings = optax.tree_map_params(
       optimizer, lambda _, s: s, jax.eval_shape(optimizer.init, params),
@@ -270,80 +244,5 @@ def replicate(mesh: Mesh, x: Any) -> Any:
 def to_host(x: Any) -> Any:
   """Global array -> numpy on every process (gathers across processes when needed)."""
   if jax.process_count() > 1:
-    from jax.experimental import multihost_utils
     return jax.tree.map(np.asarray, multihost_utils.process_allgather(x, tiled=True))
   return jax.tree.map(np.asarray, x)
-
-
-def is_writer() -> bool:
-  """Only process 0 writes files (metrics, reports, plots, profile)."""
-  return jax.process_index() == 0
-
-
-def broadcast_from_writer(obj: Any) -> Any:
-  """A JSON-able value as process 0 sees it, on every process.
-
-  Used for state read from the workdir (a partial profile, metrics rows, a warm-start
-  cache hit): process 0 may already be appending to those files while another process
-  reads them, and on hosts without a shared disk only process 0 has them.
-  """
-  if jax.process_count() == 1:
-    return obj
-  from jax.experimental import multihost_utils
-  blob = np.frombuffer(json.dumps(obj).encode(), np.uint8) if is_writer() else None
-  size = int(multihost_utils.broadcast_one_to_all(
-      np.int64(0 if blob is None else blob.size)))
-  data = np.zeros(size, np.uint8) if blob is None else blob
-  data = np.asarray(multihost_utils.broadcast_one_to_all(data), np.uint8)
-  return json.loads(data.tobytes().decode())
-
-
-def score_across_processes(score_fn: Callable[[list, list], Any], completions: Sequence,
-                           queries: Sequence) -> np.ndarray:
-  """float32 rewards of all rows on every process; each row is scored once, on one process.
-
-  Scoring splits the CPU cost over hosts, and since a reward with timeouts (math-verify) can
-  differ between two evaluations of the same text, scoring once keeps every process's
-  allocation decisions identical.
-  """
-  n, count, me = len(completions), jax.process_count(), jax.process_index()
-  if count == 1:
-    return np.asarray(score_fn(list(completions), list(queries)), np.float32).reshape(n)
-  from jax.experimental import multihost_utils
-  per = -(-n // count)
-  lo, hi = min(n, me * per), min(n, (me + 1) * per)
-  local = np.zeros(per, np.float32)
-  if hi > lo:
-    local[:hi - lo] = np.asarray(score_fn(list(completions[lo:hi]), list(queries[lo:hi])),
-                                 np.float32)
-  return np.asarray(multihost_utils.process_allgather(local)).reshape(-1)[:n]
-
-
-def initialize_distributed() -> bool:
-  """Starts `jax.distributed` when a launcher asked for it; call before any jax computation.
-
-  - JAX_COORDINATOR_ADDRESS + JAX_NUM_PROCESSES + JAX_PROCESS_ID set (`sgpo_jax.launch`,
-    multi-node GPU, any hand-rolled launcher): explicit initialization.
-  - SGPO_DISTRIBUTED=1: bare `jax.distributed.initialize()`, which auto-detects Cloud TPU
-    pods, SLURM, Open MPI and Kubernetes.
-  - SGPO_DISTRIBUTED=0 or neither: single process.
-  Returns True when initialized.
-  """
-  mode = os.environ.get('SGPO_DISTRIBUTED', 'auto').lower()
-  if mode in ('0', 'false', 'off') or jax.distributed.is_initialized():
-    return False
-  explicit = all(os.environ.get(k) for k in ('JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES',
-                                             'JAX_PROCESS_ID'))
-  if not explicit and mode not in ('1', 'true', 'on'):
-    return False
-  try:  # gloo is jax 0.10's default for CPU collectives; older/newer lines may differ
-    jax.config.update('jax_cpu_collectives_implementation', 'gloo')
-  except (AttributeError, ValueError, KeyError):
-    pass
-  if explicit:
-    jax.distributed.initialize(coordinator_address=os.environ['JAX_COORDINATOR_ADDRESS'],
-                               num_processes=int(os.environ['JAX_NUM_PROCESSES']),
-                               process_id=int(os.environ['JAX_PROCESS_ID']))
-  else:
-    jax.distributed.initialize()
-  return True

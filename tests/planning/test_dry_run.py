@@ -15,10 +15,9 @@ import pytest
 from sgpo_jax import configs
 from sgpo_jax.config import check as config_check
 from sgpo_jax.config import defaults as default_config
-from sgpo_jax.model import dry_run
-from sgpo_jax.model import flops
-from sgpo_jax.model import hf
+from sgpo_jax.model import flops, hf
 from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.planning import dry_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REAL_CONFIGS = ('qwen2_5_math_1_5b_gsm8k', 'qwen2_5_math_1_5b_dapo_math', 'qwen3_0_6b_gsm8k',
@@ -259,8 +258,8 @@ import sys  # noqa: E402
 import numpy as np  # noqa: E402
 
 from sgpo_jax.data import inputs as inputs_lib  # noqa: E402
-from sgpo_jax.model import compiled_memory  # noqa: E402
-from sgpo_jax.model import devices  # noqa: E402
+from sgpo_jax.parallel import devices  # noqa: E402
+from sgpo_jax.planning import compiled_memory  # noqa: E402
 
 
 def _tiny_config() -> ml_collections.ConfigDict:

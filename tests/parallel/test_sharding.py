@@ -1,4 +1,4 @@
-"""Tests for sgpo_jax.model.sharding: mesh shapes, parameter placement, and multi-device parity.
+"""Tests for sgpo_jax.parallel.sharding: mesh shapes, parameter placement, and multi-device parity.
 
 The multi-device checks need 8 fake CPU devices, which XLA only creates if XLA_FLAGS is set
 before jax is imported, so they run this file as a script in a subprocess. That script
@@ -24,12 +24,21 @@ def _multi_device_results() -> dict:
   """Runs in the subprocess (8 fake devices): forward logits, greedy and sampled tokens, and
   parameter specs per mesh shape, plus the 1-device reference."""
   import jax
+  from conftest import (
+    BOS,
+    EOS,
+    PAD,
+    forward_fn,
+    left_pad,
+    mesh_config,
+    params_for,
+    random_tokens,
+    tiny_config,
+  )
 
-  from conftest import BOS, EOS, PAD, forward_fn, left_pad, mesh_config, params_for
-  from conftest import random_tokens, tiny_config
-  from sgpo_jax.model import transformer as model_lib
   from sgpo_jax.generate import sampler as sampling
-  from sgpo_jax.model import sharding as sharding_lib
+  from sgpo_jax.model import transformer as model_lib
+  from sgpo_jax.parallel import sharding as sharding_lib
 
   assert len(jax.devices()) == 8, jax.devices()
   cfg = tiny_config()
@@ -61,7 +70,7 @@ def _multi_device_results() -> dict:
           'norm': _spec(params['final_norm']['scale']),
       }
     if tp:
-      initialised, _ = sharding_lib.init_sharded_params(cfg, mesh, jax.random.key(0))
+      initialised, _ = model_lib.init_sharded_params(cfg, mesh, jax.random.key(0))
       out['init_embedding'] = sharding_lib.to_host(initialised['embedding']).tolist()
       out['init_embedding_spec'] = _spec(initialised['embedding'])
     shardings = sharding_lib.param_shardings(model_lib.abstract_params(cfg), mesh)
@@ -158,13 +167,13 @@ def test_uneven_dims_fall_back_to_replication(multi):
     ((4, 0, 2), ('data', 'fsdp', 'tp'), 8, r'mesh.shape=\(4, 0, 2\): sizes must be positive'),
 ])
 def test_resolve_mesh_shape_errors(shape, axes, devices, message):
-  from sgpo_jax.model import sharding as sharding_lib
+  from sgpo_jax.parallel import sharding as sharding_lib
   with pytest.raises(ValueError, match=message):
     sharding_lib.resolve_mesh_shape(shape, axes, devices)
 
 
 def test_resolve_mesh_shape_fills_the_rest():
-  from sgpo_jax.model import sharding as sharding_lib
+  from sgpo_jax.parallel import sharding as sharding_lib
   axes = ('data', 'fsdp', 'tp')
   assert sharding_lib.resolve_mesh_shape((-1, 1, 1), axes, 8) == (8, 1, 1)
   assert sharding_lib.resolve_mesh_shape((2, -1, 2), axes, 8) == (2, 2, 2)
@@ -182,7 +191,7 @@ def test_resolve_mesh_shape_fills_the_rest():
     ('(-1, 2, 1)', 8, (4, 2, 1)),
 ])
 def test_auto_mesh_shape_follows_the_device_count(shape, devices, expected):
-  from sgpo_jax.model import sharding as sharding_lib
+  from sgpo_jax.parallel import sharding as sharding_lib
   assert sharding_lib.resolve_mesh_shape(shape, ('data', 'fsdp', 'tp'), devices) == expected
 
 
@@ -196,7 +205,7 @@ def test_auto_mesh_shape_follows_the_device_count(shape, devices, expected):
     ('auto:fsdp=3', r'mesh.shape=\(-1, 3, 1\) does not fit 8 devices'),
 ])
 def test_auto_mesh_shape_errors(shape, message):
-  from sgpo_jax.model import sharding as sharding_lib
+  from sgpo_jax.parallel import sharding as sharding_lib
   with pytest.raises(ValueError, match=message):
     sharding_lib.resolve_mesh_shape(shape, ('data', 'fsdp', 'tp'), 8)
 
@@ -213,9 +222,9 @@ def test_config_check_rejects_a_bad_auto_shape_before_any_device():
 
 def test_make_mesh_on_one_device():
   import jax
-
   from conftest import mesh_config
-  from sgpo_jax.model import sharding as sharding_lib
+
+  from sgpo_jax.parallel import sharding as sharding_lib
   mesh = sharding_lib.make_mesh(mesh_config((-1, 1, 1)), jax.devices()[:1])
   assert dict(mesh.shape) == {'data': 1, 'fsdp': 1, 'tp': 1}
   with pytest.raises(ValueError, match=r'mesh.shape=\(2, 1, 1\)'):

@@ -31,9 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from sgpo_jax.model import devices
-from sgpo_jax.model import sharding as sharding_lib
 from sgpo_jax.model import transformer as model_lib
+from sgpo_jax.parallel import devices
+from sgpo_jax.parallel import sharding as sharding_lib
 
 # Shapes never depend on token ids, so the sampler is built with a stand-in tokenizer.
 _SHAPE_TOKENIZER = types.SimpleNamespace(stop_token_ids=[0], pad_id=0, bos_id=0)
@@ -63,7 +63,7 @@ def _jitted(owner: Any, name: str) -> Any:
   fn = getattr(owner, name, None)
   if fn is None or not hasattr(fn, 'lower'):
     raise AttributeError(f'compiled_memory compiles {type(owner).__name__}.{name}, which is '
-                         'gone or not a jax.jit function; point sgpo_jax/model/compiled_memory.py '
+                         'gone or not a jax.jit function; point sgpo_jax/planning/compiled_memory.py '
                          'at the jitted function that class calls now.')
   return fn
 

@@ -1,6 +1,6 @@
 """Writes the shipped copy of a config's warm start (sgpo_jax/warm_starts/<cache key>.*).
 
-    python -m sgpo_jax.rl.ship_warm_start --config-arg '' --config-arg regime=paper_like \
+    python -m sgpo_jax.ship_warm_start --config-arg '' --config-arg regime=paper_like \
         --cache-dir /work/cruns/warm_start
 
 Each --config-arg is what follows `--config default:` ('' = the README run). The warm start
