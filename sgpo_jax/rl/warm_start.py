@@ -46,6 +46,10 @@ def cache_key(config) -> str:
     relevant['warm_start'].pop('level_fractions', None)  # keys of whole-pool caches stay as they were
   if relevant['warm_start'].get('schedule', 'constant') == 'constant':
     relevant['warm_start'].pop('schedule', None)  # keys of constant-lr caches stay as they were
+  # Fields added since the shipped caches, at their off value, leave the key as it was.
+  for section, name in (('model', 'pretrained'), ('data', 'question_template')):
+    if not relevant[section].get(name):
+      relevant[section].pop(name, None)
   relevant['data'].pop('rl_pool_size', None)  # SFT always sees the whole pool
   relevant['data'].pop('rl_difficulty_weights', None)
   data = config.data
