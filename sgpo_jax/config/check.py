@@ -257,11 +257,6 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
     raise ValueError(f"sampling.engine={s.engine!r}: choose 'static' or 'continuous'.")
   from sgpo_jax.rl import sequence_packing  # numpy only; not at import (no cycle via rl/)
   sequence_packing.PackShape.for_batch(t.rows_per_batch, total_len, t.pack_rows, t.pack_len)
-  if t.packing and t.importance_level == 'sequence':
-    # A packed row holds several sequences; GSPO's ratio is a mean over one sequence.
-    raise ValueError('train.packing=True with train.importance_level=sequence: the packed '
-                     'step has no per-sequence ratio yet; set train.packing=False or '
-                     'importance_level=token.')
   check_allocator_sections(config)
   check_ranges(config)
   settings = allocators.allocator_class(config.method).Settings

@@ -49,9 +49,9 @@ HF_PATH = '/path/to/Qwen3-0.6B'  # placeholder: a local checkpoint directory
 LOSSES = {
     'ppo': {'policy_loss': 'ppo', 'importance_level': 'token', 'clip_eps_low': 0.2,
             'clip_eps_high': 0.28, 'loss_agg': 'token_mean'},
-    # The packed step has no per-sequence ratio yet, so GSPO runs unpacked.
+    # GSPO runs on the packed step like the others (each sequence's ratio by segment sums).
     'gspo': {'policy_loss': 'ppo', 'importance_level': 'sequence', 'clip_eps_low': 3e-4,
-             'clip_eps_high': 4e-4, 'loss_agg': 'seq_mean_token_mean', 'packing': False},
+             'clip_eps_high': 4e-4, 'loss_agg': 'seq_mean_token_mean'},
     'cispo': {'policy_loss': 'cispo', 'importance_level': 'token', 'clip_eps_low': 1.0,
               'clip_eps_high': 0.28, 'loss_agg': 'token_mean'},
 }

@@ -28,7 +28,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from sgpo_jax.model import transformer as model_lib
@@ -147,32 +146,13 @@ def _sampler_program(config, cfg, mesh, params, shardings, resident: int) -> Pro
                  tree_bytes_per_device(sampling_params) + resident, note)
 
 
-def _batch_args(learner, config, mesh) -> tuple[Any, str]:
-  s, t = config.sampling, config.train
-  rows, seq = int(t.rows_per_batch), int(s.max_prompt_len) + int(s.max_new_tokens)
-  b1, b2 = sharding_lib.batch_sharding(mesh, 1), sharding_lib.batch_sharding(mesh, 2)
-  if learner.pack_shape is not None:
-    from sgpo_jax.rl import sequence_packing as packing_lib
-    zeros = dict(tokens_RxT=np.zeros((rows, seq), np.int32),
-                 mask_RxT=np.ones((rows, seq), np.int32),
-                 completion_mask_RxT1=np.ones((rows, seq - 1), np.int32),
-                 old_logp_RxT1=np.zeros((rows, seq - 1), np.float32),
-                 ref_logp_RxT1=np.zeros((rows, seq - 1), np.float32),
-                 rewards_R=np.zeros(rows, np.float32), group_id_R=np.arange(rows, dtype=np.int32),
-                 valid_R=np.ones(rows, bool))
-    packed = packing_lib.pack_batch(zeros, learner.pack_shape, pad_id=0)
-    shardings = learner.packed_shardings()
-    return ({k: _sds(np.shape(x), np.asarray(x).dtype, shardings[k]) for k, x in packed.items()},
-            f'packed buffers of {learner.pack_shape}')
-  specs = dict(tokens_RxT=((rows, seq), jnp.int32, b2), mask_RxT=((rows, seq), jnp.int32, b2),
-               completion_mask_RxT1=((rows, seq - 1), jnp.int32, b2),
-               old_logp_RxT1=((rows, seq - 1), jnp.float32, b2),
-               ref_logp_RxT1=((rows, seq - 1), jnp.float32, b2),
-               rewards_R=((rows,), jnp.float32, b1), group_id_R=((rows,), jnp.int32, b1),
-               valid_R=((rows,), jnp.bool_, b1))
-  micro = int(t.micro_batches)
-  return ({k: _sds(*specs[k]) for k in learner._batch_keys},
+def _batch_args(learner, config) -> tuple[Any, str]:
+  """The train batch as sharded ShapeDtypeStructs, from the learner's one batch schema."""
+  t = config.train
+  rows, seq, micro = learner.rows, learner.seq_len, int(t.micro_batches)
+  note = (f'packed buffers of {learner.pack_shape}' if learner.pack_shape is not None else
           f'{rows} rows x {seq} tokens, {micro} micro-batches of {rows // max(micro, 1)} rows')
+  return learner.batch_schema(), note
 
 
 def build_programs(config, cfg: model_lib.ModelConfig, mesh) -> list[Program]:
@@ -184,19 +164,18 @@ def build_programs(config, cfg: model_lib.ModelConfig, mesh) -> list[Program]:
   # With LoRA the optimizer holds moments for the adapters only (Learner.init_state).
   opt_state = abstract_opt_state(learner.optimizer, learner.trainable(params)[0], mesh)
   state = {'params': params, 'opt_state': opt_state}
-  learner._build(state)  # the same jit the trainer's init_state builds, on abstract state
+  learner.build(state)  # the same jit the trainer's init_state builds, on abstract state
   param_bytes, opt_bytes = tree_bytes_per_device(params), tree_bytes_per_device(opt_state)
   ref_bytes = param_bytes if t.kl_coef > 0 else 0
   programs = [_sampler_program(config, cfg, mesh, params, shardings, opt_bytes + ref_bytes)]
-  batch, note = _batch_args(learner, config, mesh)
-  jitted = _jitted(learner, '_packed_jit' if learner.pack_shape is not None else '_train_jit')
-  programs.append(Program('train_step', jitted, (state, batch), ref_bytes,
+  batch, note = _batch_args(learner, config)
+  programs.append(Program('train_step', _jitted(learner, 'step_jit'), (state, batch), ref_bytes,
                           param_bytes + opt_bytes + ref_bytes, note))
   if t.kl_coef > 0 or t.mu > 1:
     rows, seq = int(t.rows_per_batch), int(s.max_prompt_len) + int(s.max_new_tokens)
     b2 = sharding_lib.batch_sharding(mesh, 2)
     tok = _sds((rows, seq), jnp.int32, b2)
-    programs.append(Program('logprobs', _jitted(learner, '_logprob_jit'), (params, tok, tok),
+    programs.append(Program('logprobs', _jitted(learner, 'logprob_jit'), (params, tok, tok),
                             opt_bytes + ref_bytes, param_bytes + opt_bytes + ref_bytes,
                             f'{rows} rows x {seq} tokens (reference / old policy)'))
   return programs

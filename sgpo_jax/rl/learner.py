@@ -1,26 +1,34 @@
-"""The jitted, sharded policy update: optimizer, train state, rollout-batch layout, step.
+"""The policy update: the train batch's schema, its one loss, and the pure jitted train step.
 
 A rollout batch is always `[R, T]` tokens (T = max_prompt_len + max_new_tokens: prompt
-left-padded to max_prompt_len, completion right after) plus `group_id[R]`, `valid[R]`,
-rewards and behaviour log-probs. Group sizes live only in `group_id`, so one compilation
-serves every batch of the run; `Learner.compile_count` proves it.
+left-padded to max_prompt_len, completion right after) plus per-row `group_id[R]`,
+`valid[R]`, rewards and completion lengths, and behaviour log-probs. Group sizes live only
+in `group_id`, so one compilation serves every batch of the run; `Learner.compile_count`
+proves it.
 
 Token t's log-prob is read from hidden state t-1, so the per-token arrays the loss sees
 are `[R, T-1]` ("target" positions).
 
-With `train.packing` the step instead runs on `packing.pack_batch`'s fixed
-`[buffers, pack_rows, pack_len]` buffers of real tokens (segment ids keep rows apart):
-a scan over the buffers accumulates gradients, skipping empty buffers at run time, so one
-compilation still serves every batch, and loss and gradients equal the padded step's.
-Each data-parallel shard (the mesh's batch axes) packs its own rows into its own
+The batch has two token layouts of one schema (`batch_schema`): the padded `[R, T]` rows,
+or with `train.packing` `packing.pack_batch`'s fixed `[buffers, pack_rows, pack_len]`
+buffers of real tokens (segment ids keep rows apart); the per-row arrays are the same in
+both. `train_step` cuts either into chunks (micro-batches of rows, or buffers; a scan
+accumulates gradients, skipping empty buffers at run time), runs every chunk through the
+one `chunk_loss` and one optimizer update; loss and gradients are the same for both
+layouts. Each data-parallel shard (the mesh's batch axes) packs its own rows into its own
 `pack_rows` buffer rows, and the buffers' row dimension is sharded over those axes, so the
 packed step splits its tokens over devices and processes as the padded step splits rows.
+
+`make_train_step` jits `train_step` with its shardings and state donation beside it; the
+thin `Learner` holds the optimizer and the jitted functions for the trainer (host batch in,
+packing, FLOPs ledger).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import functools
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +40,7 @@ from sgpo_jax.model import flops as flops_lib
 from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.parallel import sharding as sharding_lib
-from sgpo_jax.rl import losses as grpo
+from sgpo_jax.rl import losses as losses_lib
 from sgpo_jax.rl import sequence_packing as packing_lib
 
 
@@ -105,7 +113,7 @@ class LossSettings:
   def from_config(cls, config) -> 'LossSettings':
     t = config.train
     # Unset clip bounds (None) become the chosen loss's paper defaults, in one place.
-    clip_eps_low, clip_eps_high = grpo.resolve_clip_bounds(
+    clip_eps_low, clip_eps_high = losses_lib.resolve_clip_bounds(
         t.policy_loss, t.importance_level, t.clip_eps_low, t.clip_eps_high)
     return cls(advantage=t.advantage, std_eps=float(t.std_eps), loss_agg=t.loss_agg,
                policy_loss=t.policy_loss, importance_level=t.importance_level,
@@ -118,20 +126,226 @@ class LossSettings:
                pack_len=int(t.get('pack_len', 0)))
 
 
+# --------------------------------------------------------------------------- batch schema
+
+# The per-row arrays, the same in both layouts.
+ROW_KEYS = {'rewards_R': jnp.float32, 'group_id_R': jnp.int32, 'valid_R': jnp.bool_,
+            'completion_len_R': jnp.int32}
+# Padded layout: [R, T] tokens, [R, T - 1] targets.
+PADDED_KEYS = {'tokens_RxT': jnp.int32, 'mask_RxT': jnp.int32,
+               'completion_mask_RxT1': jnp.int32, 'old_logp_RxT1': jnp.float32,
+               'ref_logp_RxT1': jnp.float32}
+# Packed layout (sequence_packing.pack_batch): [M, S * B, L] tokens, [M, S * B, L - 1]
+# targets, used_M.
+PACKED_KEYS = {'tokens_MxBxL': jnp.int32, 'segment_ids_MxBxL': jnp.int32,
+               'positions_MxBxL': jnp.int32, 'row_MxBxL1': jnp.int32,
+               'completion_mask_MxBxL1': jnp.int32, 'old_logp_MxBxL1': jnp.float32,
+               'ref_logp_MxBxL1': jnp.float32, 'used_M': jnp.bool_}
+
+
+def batch_schema(rows: int, seq_len: int, pack_shape: packing_lib.PackShape | None = None
+                 ) -> dict[str, jax.ShapeDtypeStruct]:
+  """Shape and dtype of every array of a train batch: R = `rows` rows of T = `seq_len` tokens,
+  padded, or packed into `pack_shape`'s buffers. The one definition of the batch that the
+  step, its shardings and the dry run (planning/compiled_memory.py) read."""
+  dims = {'R': rows, 'T': seq_len, 'T1': seq_len - 1}
+  if pack_shape is not None:
+    dims.update(M=pack_shape.buffers, B=pack_shape.shards * pack_shape.rows,
+                L=pack_shape.length, L1=pack_shape.length - 1)
+  keys = dict(PACKED_KEYS if pack_shape is not None else PADDED_KEYS, **ROW_KEYS)
+  return {k: jax.ShapeDtypeStruct(tuple(dims[d] for d in k.rsplit('_', 1)[1].split('x')), dtype)
+          for k, dtype in keys.items()}
+
+
+def batch_shardings(mesh: Mesh, packed: bool) -> dict[str, Any]:
+  """Padded: rows over the batch axes. Packed: buffers [M, S * B, ...] split over the batch
+  axes along dim 1 (each shard's own buffer rows); the per-row arrays and used_M, small,
+  replicated."""
+  if packed:
+    rows, rep = sharding_lib.packed_rows_sharding(mesh), sharding_lib.replicated(mesh)
+    return dict({k: rows for k in PACKED_KEYS if k != 'used_M'}, used_M=rep,
+                **{k: rep for k in ROW_KEYS})
+  return dict({k: sharding_lib.batch_sharding(mesh, 2) for k in PADDED_KEYS},
+              **{k: sharding_lib.batch_sharding(mesh, 1) for k in ROW_KEYS})
+
+
+# --------------------------------------------------------------------------- loss
+
+
+def forward_logprobs(model: model_lib.Transformer, params, tokens_BxL, positions_BxL1,
+                     attend_BxL1, temperature: float, chunk: int, segment_ids_BxL1=None):
+  """Log-prob (and entropy) of every next token under temperature-scaled logits: [B, L-1]."""
+  cfg = model.cfg
+  kwargs = {} if segment_ids_BxL1 is None else {'segment_ids_BxT': segment_ids_BxL1}
+  hidden, _ = model.apply({'params': params}, tokens_BxL[:, :-1], positions_BxL1, attend_BxL1,
+                          **kwargs)
+  head_DxV = model_lib.lm_head_DxV(params, cfg).astype(jnp.dtype(cfg.dtype))
+  return losses_lib.token_logprobs(hidden / temperature, head_DxV, tokens_BxL[:, 1:], chunk)
+
+
 def sequence_logprobs(model: model_lib.Transformer, params, tokens_RxT, mask_RxT,
                       temperature: float, chunk: int):
-  """Log-prob (and entropy) of every next token under temperature-scaled logits: [R, T-1]."""
-  cfg = model.cfg
-  inputs, targets = tokens_RxT[:, :-1], tokens_RxT[:, 1:]
+  """Log-prob (and entropy) of every next token of padded rows: [R, T-1]."""
   in_mask = mask_RxT[:, :-1]
-  hidden, _ = model.apply({'params': params}, inputs, model_lib.positions_from_mask(in_mask),
-                          in_mask.astype(bool))
-  head_DxV = model_lib.lm_head_DxV(params, cfg).astype(jnp.dtype(cfg.dtype))
-  return grpo.token_logprobs(hidden / temperature, head_DxV, targets, chunk)
+  return forward_logprobs(model, params, tokens_RxT, model_lib.positions_from_mask(in_mask),
+                          in_mask.astype(bool), temperature, chunk)
+
+
+class RowTerms(NamedTuple):
+  """Per-row inputs of the loss: padded chunks carry their own rows' (advantages, valid);
+  packed buffers index the whole batch's (advantages, token weights) by each token's row."""
+
+  advantages_R: jax.Array
+  valid_R: jax.Array | None = None
+  weight_R: jax.Array | None = None
+
+
+def chunk_loss(params, chunk: dict[str, jax.Array], rows: RowTerms, denom, *,
+               model: model_lib.Transformer, settings: LossSettings):
+  """(loss of one chunk over the whole batch's denominator, its metrics) for a padded
+  micro-batch (`*_RxT*` keys, one sequence per row, aggregated by `loss_agg`) or a packed
+  buffer (`*_MxBxL*` keys, sequences kept apart by segment ids and `row_MxBxL1`, each
+  token weighted by its row's share of the aggregation)."""
+  s = settings
+  use_kl = s.kl_coef > 0
+  packed = 'row_MxBxL1' in chunk
+  if packed:
+    seg_BxL1 = chunk['segment_ids_MxBxL'][:, :-1]
+    logp, entropy = forward_logprobs(model, params, chunk['tokens_MxBxL'],
+                                     chunk['positions_MxBxL'][:, :-1], seg_BxL1 > 0,
+                                     s.temperature, s.logprob_chunk, segment_ids_BxL1=seg_BxL1)
+    row_BxL1 = chunk['row_MxBxL1']
+    per_row = dict(advantages_R=rows.advantages_R[row_BxL1],
+                   valid_R=jnp.ones(row_BxL1.shape[:1], bool), loss_agg='token_mean',
+                   token_weight_RxT=rows.weight_R[row_BxL1],
+                   sequences=losses_lib.Sequences(row_BxL1, rows.advantages_R.shape[0]))
+    target = lambda k: chunk[f'{k}_MxBxL1']  # noqa: E731
+  else:
+    logp, entropy = sequence_logprobs(model, params, chunk['tokens_RxT'], chunk['mask_RxT'],
+                                      s.temperature, s.logprob_chunk)
+    per_row = dict(advantages_R=rows.advantages_R, valid_R=rows.valid_R, loss_agg=s.loss_agg)
+    target = lambda k: chunk[f'{k}_RxT1']  # noqa: E731
+  loss_sum, _, metrics = losses_lib.policy_loss(
+      logp, target('old_logp'), completion_mask_RxT=target('completion_mask'),
+      clip_eps_low=s.clip_eps_low, clip_eps_high=s.clip_eps_high,
+      logratio_clamp=s.logratio_clamp, max_new_tokens=s.max_new_tokens,
+      kl_coef=s.kl_coef if use_kl else 0.0,
+      ref_logp_RxT=target('ref_logp') if use_kl else None, kl_form=s.kl_form,
+      entropy_RxT=entropy, pg_loss=s.policy_loss, importance_level=s.importance_level,
+      **per_row)
+  return loss_sum / jnp.maximum(denom, 1.0), metrics
+
+
+# --------------------------------------------------------------------------- train step
+
+
+def trainable(params, cfg: model_lib.ModelConfig):
+  """(trainable, frozen) parts of `params`: the LoRA adapters and the base with LoRA
+  (model/lora.py), else all parameters and nothing."""
+  if lora_lib.enabled(cfg):
+    return lora_lib.split(params)
+  return params, {}
+
+
+def join(trainable_params, frozen, cfg: model_lib.ModelConfig):
+  return lora_lib.merge(trainable_params, frozen) if lora_lib.enabled(cfg) else trainable_params
+
+
+def _sum_over_chunks(run, chunks, used_M=None):
+  """(loss, metrics), grads summed over `chunks` (leading axis) by a scan: gradients and
+  losses added, metrics merged (`losses_lib.merge_loss_metrics`). used_M None: every chunk runs,
+  the first outside the scan; else chunk m runs only where used_M[m], from zero sums."""
+  def accumulate(carry, chunk):
+    (loss_i, metrics_i), grads_i = run(chunk)
+    g_acc, l_acc, m_acc = carry
+    return (jax.tree.map(jnp.add, g_acc, grads_i), l_acc + loss_i,
+            losses_lib.merge_loss_metrics(m_acc, metrics_i))
+
+  if used_M is None:
+    (loss0, metrics0), grads0 = run(jax.tree.map(lambda x: x[0], chunks))
+    (grads, loss, metrics), _ = jax.lax.scan(lambda c, x: (accumulate(c, x), None),
+                                             (grads0, loss0, metrics0),
+                                             jax.tree.map(lambda x: x[1:], chunks))
+    return (loss, metrics), grads
+  (_, metric_shapes), grad_shapes = jax.eval_shape(run, jax.tree.map(lambda x: x[0], chunks))
+
+  def fill(name):  # identities of merge_loss_metrics: max, min, sum
+    return -jnp.inf if name.endswith('_max') else jnp.inf if name.endswith('_min') else 0.0
+  metrics0 = {k: jnp.full(v.shape, fill(k), v.dtype) for k, v in metric_shapes.items()}
+  carry0 = (jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), grad_shapes), jnp.float32(0.0),
+            metrics0)
+
+  def step(carry, xs):
+    chunk, used = xs
+    return jax.lax.cond(used, lambda c: accumulate(c, chunk), lambda c: c, carry), None
+  (grads, loss, metrics), _ = jax.lax.scan(step, carry0, (chunks, used_M))
+  return (loss, metrics), grads
+
+
+def train_step(state: dict[str, Any], batch: dict[str, jax.Array], *,
+               model: model_lib.Transformer, optimizer: optax.GradientTransformation,
+               settings: LossSettings) -> tuple[dict[str, Any], dict[str, jax.Array]]:
+  """One optimizer update on a batch of either layout (`batch_schema`): advantages and the
+  aggregation's token weights over the whole batch, gradients summed over its chunks (rows
+  split into `micro_batches`, or the packed buffers), then AdamW. Pure; returns the new
+  {'params', 'opt_state'} and the step's metrics."""
+  s, cfg = settings, model.cfg
+  rows = batch['rewards_R'].shape[0]
+  valid_R = batch['valid_R']
+  advantages_R, adv_stats = losses_lib.compute_advantages(
+      batch['rewards_R'], batch['group_id_R'], valid_R, rows, s.advantage, s.std_eps)
+  # Every micro-batch / buffer divides by the whole batch's denominator (losses docstring).
+  weight_R, denom = losses_lib.token_weights(batch['completion_len_R'], valid_R, s.loss_agg,
+                                       s.max_new_tokens)
+  train_p, frozen_p = trainable(state['params'], cfg)
+  grad_fn = jax.value_and_grad(
+      lambda tp, *a: chunk_loss(join(tp, frozen_p, cfg), *a, model=model, settings=s),
+      has_aux=True)
+  if 'used_M' in batch:
+    buffers = {k: batch[k] for k in PACKED_KEYS if k != 'used_M'}
+    row_terms = RowTerms(advantages_R, weight_R=weight_R)
+    (loss, metrics), grads = _sum_over_chunks(
+        lambda buf: grad_fn(train_p, buf, row_terms, denom), buffers, batch['used_M'])
+  else:
+    # Rows are split into micro-batches (never tokens of a row); sums stay exact because
+    # every micro-batch divides by the full batch's denominator.
+    tokens = {k: batch[k] for k in PADDED_KEYS}
+    row_terms = RowTerms(advantages_R, valid_R=valid_R)
+    run = lambda xs: grad_fn(train_p, xs[0], xs[1], denom)  # noqa: E731
+    n_mb = s.micro_batches
+    if n_mb == 1:
+      (loss, metrics), grads = run((tokens, row_terms))
+    else:
+      split = lambda x: x.reshape((n_mb, rows // n_mb) + x.shape[1:])  # noqa: E731
+      (loss, metrics), grads = _sum_over_chunks(run, jax.tree.map(split, (tokens, row_terms)))
+  metrics['seq_count'] = jnp.sum(valid_R.astype(jnp.float32))
+  updates, opt_state = optimizer.update(grads, state['opt_state'], train_p)
+  params = join(optax.apply_updates(train_p, updates), frozen_p, cfg)
+  out = dict(losses_lib.finalize_loss_metrics(metrics))
+  out.update(adv_stats)
+  out['loss'] = loss
+  out['grad_norm'] = optax.tree.norm(grads)
+  return {'params': params, 'opt_state': opt_state}, out
+
+
+def make_train_step(model: model_lib.Transformer, optimizer: optax.GradientTransformation,
+                    settings: LossSettings, mesh: Mesh, state_shardings: Any, packed: bool):
+  """(`train_step` jitted for this run, its batch shardings): the state keeps its shardings
+  and is donated (updated in place), metrics come back replicated."""
+  shardings = batch_shardings(mesh, packed)
+  step = functools.partial(train_step, model=model, optimizer=optimizer, settings=settings)
+  jitted = jax.jit(step, in_shardings=(state_shardings, shardings),
+                   out_shardings=(state_shardings, sharding_lib.replicated(mesh)),
+                   donate_argnums=(0,))
+  return jitted, shardings
+
+
+# --------------------------------------------------------------------------- learner
 
 
 class Learner:
-  """Owns the optimizer and the jitted train / log-prob functions on one mesh."""
+  """Owns the optimizer and the jitted train / log-prob functions on one mesh; turns host
+  batches into the step's layout and charges the FLOPs ledger."""
 
   def __init__(self, cfg: model_lib.ModelConfig, mesh: Mesh, param_shardings, config,
                num_steps: int):
@@ -140,78 +354,48 @@ class Learner:
     self.settings = LossSettings.from_config(config)
     self.optimizer = make_optimizer(config.train, num_steps)
     self.param_shardings = param_shardings
-    self.traces = 0
-    self.logprob_traces = 0
+    s = config.sampling
+    self.rows, self.seq_len = int(config.train.rows_per_batch), int(s.max_prompt_len) + int(
+        s.max_new_tokens)
     self.pack_shape = None
     if self.settings.packing:
-      s = config.sampling
       self.pack_shape = packing_lib.PackShape.for_batch(
-          int(config.train.rows_per_batch), int(s.max_prompt_len) + int(s.max_new_tokens),
-          self.settings.pack_rows, self.settings.pack_len,
+          self.rows, self.seq_len, self.settings.pack_rows, self.settings.pack_len,
           shards=sharding_lib.batch_size_multiple(mesh))
     self.last_tokens = (0, 0)  # (computed, useful) input tokens of the last train step
-    self._state_shardings = None
-    self._train_jit = None
-    self._logprob_jit = jax.jit(
-        self._logprobs, in_shardings=(param_shardings, sharding_lib.batch_sharding(mesh, 2),
-                                      sharding_lib.batch_sharding(mesh, 2)),
-        out_shardings=sharding_lib.batch_sharding(mesh, 2))
+    self.step_jit, self.batch_shardings = None, None
+    b2 = sharding_lib.batch_sharding(mesh, 2)
+    self.logprob_jit = jax.jit(self._logprobs, in_shardings=(param_shardings, b2, b2),
+                               out_shardings=b2)
 
   @property
   def compile_count(self) -> int:
-    return self.traces
+    """Programs the jitted train step has compiled (its cache, counted from outside)."""
+    return 0 if self.step_jit is None else self.step_jit._cache_size()
 
   def trainable(self, params):
-    """(trainable, frozen) parts of `params`: the LoRA adapters and the base with LoRA
-    (model/lora.py), else all parameters and nothing."""
-    if lora_lib.enabled(self.cfg):
-      return lora_lib.split(params)
-    return params, {}
-
-  def _join(self, trainable, frozen):
-    return lora_lib.merge(trainable, frozen) if lora_lib.enabled(self.cfg) else trainable
+    return trainable(params, self.cfg)
 
   def init_state(self, params) -> dict[str, Any]:
     # With LoRA the optimizer holds moments for the adapters only.
     opt_state = sharding_lib.init_optimizer_state(self.optimizer, self.trainable(params)[0])
     state = {'params': params, 'opt_state': opt_state}
-    self._build(state)
+    self.build(state)
     return state
 
-  def state_shardings(self, state) -> Any:
-    return jax.tree.map(lambda x: x.sharding, state)
+  def build(self, state) -> None:
+    """Jits the train step for `state`'s shardings (concrete or abstract arrays)."""
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+    self.step_jit, self.batch_shardings = make_train_step(
+        self.model, self.optimizer, self.settings, self.mesh, shardings,
+        packed=self.pack_shape is not None)
 
-  def _build(self, state) -> None:
-    self._state_shardings = self.state_shardings(state)
-    b1 = sharding_lib.batch_sharding(self.mesh, 1)
-    b2 = sharding_lib.batch_sharding(self.mesh, 2)
-    batch_shardings = dict(tokens_RxT=b2, mask_RxT=b2, completion_mask_RxT1=b2, old_logp_RxT1=b2,
-                           ref_logp_RxT1=b2, rewards_R=b1, group_id_R=b1, valid_R=b1)
-    if self.pack_shape is not None:
-      rep = sharding_lib.replicated(self.mesh)
-      self._packed_jit = jax.jit(self._packed_train_step,
-                                 in_shardings=(self._state_shardings, self.packed_shardings()),
-                                 out_shardings=(self._state_shardings, rep), donate_argnums=(0,))
-    self._batch_keys = tuple(batch_shardings)
-    self._train_jit = jax.jit(
-        self._train_step, in_shardings=(self._state_shardings, batch_shardings),
-        out_shardings=(self._state_shardings, sharding_lib.replicated(self.mesh)),
-        donate_argnums=(0,))
-
-  def packed_shardings(self) -> dict[str, Any]:
-    """Buffers [M, S * B, ...] split over the batch axes along dim 1 (each shard's own
-    buffer rows); the per-row arrays and used_M, small, replicated."""
-    rep = sharding_lib.replicated(self.mesh)
-    rows = sharding_lib.packed_rows_sharding(self.mesh)
-    keys = ('tokens_MxBxL', 'segment_ids_MxBxL', 'positions_MxBxL', 'row_MxBxL1') + tuple(
-        k.replace('RxT1', 'MxBxL1') for k in packing_lib.TARGET_KEYS)
-    out = {k: rows for k in keys}
-    out.update({k: rep for k in ('used_M', 'rewards_R', 'group_id_R', 'valid_R',
-                                 'completion_len_R')})
-    return out
+  def batch_schema(self) -> dict[str, jax.ShapeDtypeStruct]:
+    """This run's train batch, abstract, with its shardings."""
+    return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=self.batch_shardings[k])
+            for k, v in batch_schema(self.rows, self.seq_len, self.pack_shape).items()}
 
   def _logprobs(self, params, tokens_RxT, mask_RxT):
-    self.logprob_traces += 1
     s = self.settings
     logp, _ = sequence_logprobs(self.model, params, tokens_RxT, mask_RxT, s.temperature,
                                 s.logprob_chunk)
@@ -220,135 +404,11 @@ class Learner:
   def logprobs(self, params, tokens_RxT: np.ndarray, mask_RxT: np.ndarray):
     """Per-target-token log-probs [R, T-1] (old-policy recompute, reference policy)."""
     tokens, mask = sharding_lib.shard_batch(self.mesh, (tokens_RxT, mask_RxT))
-    return self._logprob_jit(params, tokens, mask)
+    return self.logprob_jit(params, tokens, mask)
 
-  def _loss(self, params, mb, denom, advantages_R):
-    s = self.settings
-    logp, entropy = sequence_logprobs(self.model, params, mb['tokens_RxT'], mb['mask_RxT'],
-                                      s.temperature, s.logprob_chunk)
-    use_kl = s.kl_coef > 0
-    loss_sum, _, metrics = grpo.policy_loss(
-        logp, mb['old_logp_RxT1'], advantages_R, mb['completion_mask_RxT1'], mb['valid_R'],
-        clip_eps_low=s.clip_eps_low, clip_eps_high=s.clip_eps_high,
-        logratio_clamp=s.logratio_clamp, loss_agg=s.loss_agg, max_new_tokens=s.max_new_tokens,
-        kl_coef=s.kl_coef if use_kl else 0.0,
-        ref_logp_RxT=mb['ref_logp_RxT1'] if use_kl else None, kl_form=s.kl_form,
-        entropy_RxT=entropy, pg_loss=s.policy_loss, importance_level=s.importance_level)
-    return loss_sum / jnp.maximum(denom, 1.0), metrics
-
-  def _train_step(self, state, batch):
-    self.traces += 1
-    s = self.settings
-    rows = batch['rewards_R'].shape[0]
-    advantages_R, adv_stats = grpo.compute_advantages(
-        batch['rewards_R'], batch['group_id_R'], batch['valid_R'], rows, s.advantage, s.std_eps)
-    denom = grpo.loss_denominator(batch['completion_mask_RxT1'], batch['valid_R'], s.loss_agg,
-                                  s.max_new_tokens)
-    train_p, frozen_p = self.trainable(state['params'])
-    grad_fn = jax.value_and_grad(
-        lambda tp, *a: self._loss(self._join(tp, frozen_p), *a), has_aux=True)
-    n_mb = s.micro_batches
-    if n_mb == 1:
-      (loss, metrics), grads = grad_fn(train_p, batch, denom, advantages_R)
-    else:
-      # Rows are split into micro-batches (never tokens of a row); sums stay exact because
-      # every micro-batch divides by the full batch's denominator.
-      split = lambda x: x.reshape((n_mb, rows // n_mb) + x.shape[1:])  # noqa: E731
-      mbs = jax.tree.map(split, batch)
-      adv_mbs = split(advantages_R)
-
-      def accumulate(carry, xs):
-        mb, adv = xs
-        (loss_i, metrics_i), grads_i = grad_fn(train_p, mb, denom, adv)
-        g_acc, l_acc, m_acc = carry
-        g_acc = jax.tree.map(jnp.add, g_acc, grads_i)
-        m_acc = metrics_i if m_acc is None else grpo.merge_loss_metrics(m_acc, metrics_i)
-        return (g_acc, l_acc + loss_i, m_acc), None
-
-      first = jax.tree.map(lambda x: x[0], (mbs, adv_mbs))
-      (loss0, metrics0), grads0 = grad_fn(train_p, first[0], denom, first[1])
-      rest = jax.tree.map(lambda x: x[1:], (mbs, adv_mbs))
-      (grads, loss, metrics), _ = jax.lax.scan(accumulate, (grads0, loss0, metrics0), rest)
-    updates, opt_state = self.optimizer.update(grads, state['opt_state'], train_p)
-    params = self._join(optax.apply_updates(train_p, updates), frozen_p)
-    out = dict(grpo.finalize_loss_metrics(metrics))
-    out.update({f'{k}': v for k, v in adv_stats.items()})
-    out['loss'] = loss
-    out['grad_norm'] = optax.tree.norm(grads)
-    return {'params': params, 'opt_state': opt_state}, out
-
-  def _packed_loss(self, params, buf, advantages_R, weight_R, denom):
-    s = self.settings
-    cfg = self.cfg
-    seg_BxL1 = buf['segment_ids_MxBxL'][:, :-1]
-    hidden, _ = self.model.apply({'params': params}, buf['tokens_MxBxL'][:, :-1],
-                                 buf['positions_MxBxL'][:, :-1], seg_BxL1 > 0,
-                                 segment_ids_BxT=seg_BxL1)
-    head_DxV = model_lib.lm_head_DxV(params, cfg).astype(jnp.dtype(cfg.dtype))
-    logp, entropy = grpo.token_logprobs(hidden / s.temperature, head_DxV,
-                                        buf['tokens_MxBxL'][:, 1:], s.logprob_chunk)
-    row_BxL1 = buf['row_MxBxL1']
-    use_kl = s.kl_coef > 0
-    loss_sum, _, metrics = grpo.policy_loss(
-        logp, buf['old_logp_MxBxL1'], advantages_R[row_BxL1], buf['completion_mask_MxBxL1'],
-        jnp.ones(row_BxL1.shape[:1], bool), clip_eps_low=s.clip_eps_low,
-        clip_eps_high=s.clip_eps_high, logratio_clamp=s.logratio_clamp, loss_agg='token_mean',
-        max_new_tokens=s.max_new_tokens, kl_coef=s.kl_coef if use_kl else 0.0,
-        ref_logp_RxT=buf['ref_logp_MxBxL1'] if use_kl else None, kl_form=s.kl_form,
-        entropy_RxT=entropy, token_weight_RxT=weight_R[row_BxL1], pg_loss=s.policy_loss)
-    return loss_sum / jnp.maximum(denom, 1.0), metrics
-
-  def _packed_train_step(self, state, packed):
-    self.traces += 1
-    s = self.settings
-    rows = packed['rewards_R'].shape[0]
-    valid_R = packed['valid_R']
-    advantages_R, adv_stats = grpo.compute_advantages(
-        packed['rewards_R'], packed['group_id_R'], valid_R, rows, s.advantage, s.std_eps)
-    valid_f_R = valid_R.astype(jnp.float32)
-    count_R = packed['completion_len_R'].astype(jnp.float32)
-    # Each token's share of its row's aggregation (see grpo.LOSS_AGGREGATIONS).
-    if s.loss_agg == 'token_mean':
-      weight_R, denom = valid_f_R, jnp.sum(count_R * valid_f_R)
-    elif s.loss_agg == 'seq_mean_token_mean':
-      weight_R, denom = valid_f_R / jnp.maximum(count_R, 1.0), jnp.sum(valid_f_R)
-    else:
-      weight_R, denom = valid_f_R / s.max_new_tokens, jnp.sum(valid_f_R)
-    params = state['params']
-    train_p, frozen_p = self.trainable(params)
-    grad_fn = jax.value_and_grad(
-        lambda tp, *a: self._packed_loss(self._join(tp, frozen_p), *a), has_aux=True)
-    buffers = {k: v for k, v in packed.items() if k.endswith(('MxBxL', 'MxBxL1'))}
-    first = jax.tree.map(lambda x: x[0], buffers)
-    metric_shapes = jax.eval_shape(lambda: self._packed_loss(params, first, advantages_R,
-                                                             weight_R, denom)[1])
-    def fill(name):  # identities of merge_loss_metrics: max, min, sum
-      return -jnp.inf if name.endswith('_max') else jnp.inf if name.endswith('_min') else 0.0
-    metrics0 = {k: jnp.full(v.shape, fill(k), v.dtype) for k, v in metric_shapes.items()}
-    carry0 = (jax.tree.map(jnp.zeros_like, train_p), jnp.float32(0.0), metrics0)
-
-    def accumulate(carry, xs):
-      buf, used = xs
-
-      def run(carry):
-        g_acc, l_acc, m_acc = carry
-        (loss_i, metrics_i), grads_i = grad_fn(train_p, buf, advantages_R, weight_R, denom)
-        return (jax.tree.map(jnp.add, g_acc, grads_i), l_acc + loss_i,
-                grpo.merge_loss_metrics(m_acc, metrics_i))
-      return jax.lax.cond(used, run, lambda c: c, carry), None
-
-    (grads, loss, metrics), _ = jax.lax.scan(accumulate, carry0, (buffers, packed['used_M']))
-    metrics['seq_count'] = jnp.sum(valid_f_R)
-    updates, opt_state = self.optimizer.update(grads, state['opt_state'], train_p)
-    params = self._join(optax.apply_updates(train_p, updates), frozen_p)
-    out = dict(grpo.finalize_loss_metrics(metrics))
-    out.update(adv_stats)
-    out['loss'] = loss
-    out['grad_norm'] = optax.tree.norm(grads)
-    return {'params': params, 'opt_state': opt_state}, out
-
-  def train_step(self, state, batch_np: dict[str, np.ndarray]):
-    """One optimizer update on a host batch; raises NonFiniteError on NaN/Inf."""
+  def device_batch(self, batch_np: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Host rollout batch (layout_batch + rewards_R, group_id_R, valid_R) -> this run's
+    layout as host arrays (packed when train.packing); sets `last_tokens`."""
     batch_np = dict(batch_np)
     if 'ref_logp_RxT1' not in batch_np:
       batch_np['ref_logp_RxT1'] = np.zeros_like(batch_np['old_logp_RxT1'])
@@ -356,10 +416,17 @@ class Learner:
       # Padding slots are masked by segment id 0, so their token id is irrelevant.
       packed = packing_lib.pack_batch(batch_np, self.pack_shape, pad_id=0)
       self.last_tokens = packing_lib.token_counts(packed)
-      return self._packed_jit(state, sharding_lib.put_host_values(packed, self.packed_shardings()))
+      return packed
     self.last_tokens = packing_lib.padded_token_counts(batch_np)
-    batch = sharding_lib.shard_batch(self.mesh, {k: batch_np[k] for k in self._batch_keys})
-    return self._train_jit(state, batch)
+    batch = {k: batch_np[k] for k in PADDED_KEYS.keys() | ROW_KEYS.keys() if k in batch_np}
+    batch['completion_len_R'] = (np.asarray(batch_np['completion_mask_RxT1'], np.int32).sum(1)
+                                 * np.asarray(batch_np['valid_R'], bool)).astype(np.int32)
+    return batch
+
+  def train_step(self, state, batch_np: dict[str, np.ndarray]):
+    """One optimizer update on a host batch (metrics are device arrays; `check_finite`)."""
+    batch = self.device_batch(batch_np)
+    return self.step_jit(state, sharding_lib.put_host_values(batch, self.batch_shardings))
 
   def count_train(self, ledger: flops_lib.FlopsLedger, rows: int, seq_len: int,
                   valid_rows: int, passes: int = 1) -> None:

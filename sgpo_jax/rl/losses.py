@@ -267,14 +267,22 @@ def _kl_k3(logp_RxT: Array, ref_logp_RxT: Array) -> Array:
 KL_FORMS: dict[str, Callable[[Array, Array], Array]] = {'k1': _kl_k1, 'k3': _kl_k3}
 
 
+class Sequences(NamedTuple):
+  """Which sequence each token belongs to when a row holds several (packed rows):
+  `seq_id_RxT` in [0, num_seqs), e.g. the padded row a packed token came from."""
+
+  seq_id_RxT: Array
+  num_seqs: int
+
+
 def _token_log_ratio(logp_RxT: Array, old_logp_RxT: Array, mask_RxT: Array,
-                     clamp: float) -> Array:
-  del mask_RxT
+                     clamp: float, sequences: Sequences | None = None) -> Array:
+  del mask_RxT, sequences
   return jnp.clip(logp_RxT - old_logp_RxT, -clamp, clamp)
 
 
 def _sequence_log_ratio(logp_RxT: Array, old_logp_RxT: Array, mask_RxT: Array,
-                        clamp: float) -> Array:
+                        clamp: float, sequences: Sequences | None = None) -> Array:
   # GSPO (arXiv 2507.18071), in its GSPO-token form: every token of row i carries
   # log s_i = mean_t (logp - old_logp) over the row's counted tokens as its value, and
   # d logp_t as its gradient (sg(log s_i) + logp_t - sg(logp_t)). With one advantage per
@@ -284,17 +292,25 @@ def _sequence_log_ratio(logp_RxT: Array, old_logp_RxT: Array, mask_RxT: Array,
   # token of row i carries log s_i bit for bit. Left to right, (log s_i + logp_t) - logp_t
   # rounds at logp_t's scale (ulp ~2e-6 at |logp| = 30 in float32), and tokens of a sequence
   # near a clip bound would land on different sides of it.
+  # Packed rows (`sequences` given): the mean runs over each sequence's tokens by segment
+  # sums over its id, wherever in the buffer its tokens lie, as compute_advantages does.
   on_RxT = mask_RxT > 0
   diff_RxT = jnp.where(on_RxT, logp_RxT - old_logp_RxT, 0.0)
-  count_R = jnp.maximum(jnp.sum(mask_RxT, axis=-1), 1.0)
-  log_s_R = jnp.clip(jnp.sum(diff_RxT, axis=-1) / count_R, -clamp, clamp)
   sg = jax.lax.stop_gradient
-  return sg(log_s_R)[:, None] + (logp_RxT - sg(logp_RxT))
+  if sequences is None:
+    count_R = jnp.maximum(jnp.sum(mask_RxT, axis=-1), 1.0)
+    log_s_R = jnp.clip(jnp.sum(diff_RxT, axis=-1) / count_R, -clamp, clamp)
+    return sg(log_s_R)[:, None] + (logp_RxT - sg(logp_RxT))
+  seq_id, num_seqs = sequences.seq_id_RxT.reshape(-1), sequences.num_seqs
+  count_S = jnp.maximum(jax.ops.segment_sum(mask_RxT.reshape(-1), seq_id, num_seqs), 1.0)
+  sum_S = jax.ops.segment_sum(diff_RxT.reshape(-1), seq_id, num_seqs)
+  log_s_S = jnp.clip(sum_S / count_S, -clamp, clamp)
+  return sg(log_s_S)[sequences.seq_id_RxT] + (logp_RxT - sg(logp_RxT))
 
 
-# name -> fn(logp_RxT, old_logp_RxT, mask_RxT, logratio_clamp) -> log-ratio_RxT whose exp is
-# the importance ratio each token's loss sees (gradient included).
-IMPORTANCE_RATIOS: dict[str, Callable[[Array, Array, Array, float], Array]] = {
+# name -> fn(logp_RxT, old_logp_RxT, mask_RxT, logratio_clamp, sequences=None) -> log-ratio_RxT
+# whose exp is the importance ratio each token's loss sees (gradient included).
+IMPORTANCE_RATIOS: dict[str, Callable[..., Array]] = {
     'token': _token_log_ratio,  # r_t = pi(y_t) / pi_old(y_t)  (PPO / GRPO / DAPO)
     'sequence': _sequence_log_ratio,  # s_i = (pi(y) / pi_old(y))^(1/|y|)  (GSPO)
 }
@@ -370,26 +386,36 @@ def resolve_clip_bounds(policy_loss: str, importance_level: str,
 
 
 class LossAggregation(NamedTuple):
-  """How per-token losses become (sum, denominator); every sum is a sum over rows."""
+  """How per-token losses become (sum, denominator); every sum is a sum over rows.
+
+  `token_weight` is the same aggregation as each token's share of its row, for layouts where
+  a row's tokens are not one array row (packed buffers): sum(loss * weight) / denominator.
+  Both take count_R, the row's counted tokens (whole numbers, so every layout's denominator
+  is the same float exactly).
+  """
 
   row_sum: Callable[[Array, Array, int], Array]  # (loss_RxT*mask, mask_RxT, max_new) -> [R]
-  denominator: Callable[[Array, Array], Array]  # (mask_RxT, valid_f_R) -> scalar
+  token_weight: Callable[[Array, Array, int], Array]  # (count_R, valid_f_R, max_new) -> [R]
+  denominator: Callable[[Array, Array], Array]  # (count_R, valid_f_R) -> scalar
 
 
 LOSS_AGGREGATIONS: dict[str, LossAggregation] = {
     # DAPO: mean over all valid completion tokens in the (global) batch.
     'token_mean': LossAggregation(
         row_sum=lambda l_RxT, m_RxT, max_new: jnp.sum(l_RxT, axis=-1),
-        denominator=lambda m_RxT, v_R: jnp.sum(m_RxT)),
+        token_weight=lambda c_R, v_R, max_new: v_R,
+        denominator=lambda c_R, v_R: jnp.sum(c_R * v_R)),
     # GRPO: mean over valid sequences of each sequence's token mean.
     'seq_mean_token_mean': LossAggregation(
         row_sum=lambda l_RxT, m_RxT, max_new: (
             jnp.sum(l_RxT, axis=-1) / jnp.maximum(jnp.sum(m_RxT, axis=-1), 1.0)),
-        denominator=lambda m_RxT, v_R: jnp.sum(v_R)),
+        token_weight=lambda c_R, v_R, max_new: v_R / jnp.maximum(c_R, 1.0),
+        denominator=lambda c_R, v_R: jnp.sum(v_R)),
     # Dr. GRPO: each sequence's token sum over the constant max_new_tokens, mean over sequences.
     'seq_mean_token_sum_norm': LossAggregation(
         row_sum=lambda l_RxT, m_RxT, max_new: jnp.sum(l_RxT, axis=-1) / max_new,
-        denominator=lambda m_RxT, v_R: jnp.sum(v_R)),
+        token_weight=lambda c_R, v_R, max_new: v_R / max_new,
+        denominator=lambda c_R, v_R: jnp.sum(v_R)),
 }
 
 
@@ -422,7 +448,18 @@ def loss_denominator(
   """
   agg = _check_loss_agg(loss_agg, max_new_tokens)
   mask_RxT = _token_mask(completion_mask_RxT, valid_R)
-  return agg.denominator(mask_RxT, jnp.asarray(valid_R, jnp.float32))
+  return agg.denominator(jnp.sum(mask_RxT, axis=-1), jnp.asarray(valid_R, jnp.float32))
+
+
+def token_weights(completion_len_R: Array, valid_R: Array, loss_agg: str,
+                  max_new_tokens: int = 1) -> tuple[Array, Array]:
+  """(weight_R, denominator): `loss_agg` as each token's share of its row's aggregation, from
+  the rows' completion lengths; the denominator equals `loss_denominator`'s (whole numbers)."""
+  agg = _check_loss_agg(loss_agg, max_new_tokens)
+  valid_f_R = jnp.asarray(valid_R, jnp.float32)
+  count_R = jnp.asarray(completion_len_R, jnp.float32)
+  return (agg.token_weight(count_R, valid_f_R, max_new_tokens),
+          agg.denominator(count_R, valid_f_R))
 
 
 def policy_loss(
@@ -444,6 +481,7 @@ def policy_loss(
     pg_loss: str = 'ppo',
     importance_level: str = 'token',
     token_weight_RxT: Array | None = None,
+    sequences: Sequences | None = None,
 ) -> tuple[Array, Array, dict[str, Array]]:
   """Policy-gradient loss (+ optional KL to a reference) as (sum, denominator).
 
@@ -460,7 +498,8 @@ def policy_loss(
   Packed rows (several sequences per row): pass per-token advantages [R, T] and
   `token_weight_RxT` (each token's share of its sequence's aggregation, e.g. 1 / its
   sequence's token count for seq_mean_token_mean) with loss_agg='token_mean'; the loss sum
-  is then the same as the padded layout's.
+  is then the same as the padded layout's. Pass `sequences` (each token's sequence id) so the
+  'sequence' importance ratio averages over a sequence rather than over a packed row.
 
   KL is added when ref_logp_RxT is given (kl_coef may then be traced); kl_coef == 0.0 as a
   Python number skips it. kl_form: 'k1' = logp - ref, 'k3' = exp(ref - logp) - (ref - logp) - 1.
@@ -505,7 +544,7 @@ def policy_loss(
 
   log_ratio_RxT = logp_RxT - old_logp_RxT
   ratio_RxT = jnp.exp(IMPORTANCE_RATIOS[importance_level](logp_RxT, old_logp_RxT, mask_RxT,
-                                                          logratio_clamp))
+                                                          logratio_clamp, sequences))
   terms = POLICY_LOSSES[pg_loss](ratio_RxT, logp_RxT, adv_Rx1, clip_eps_low, clip_eps_high)
   pg_RxT = terms.loss_RxT
   token_loss_RxT = pg_RxT
@@ -519,7 +558,7 @@ def policy_loss(
     masked_loss_RxT = masked_loss_RxT * token_weight_RxT
   loss_sum = jnp.sum(jnp.where(valid_f_R > 0, agg.row_sum(masked_loss_RxT, mask_RxT,
                                                            max_new_tokens), 0.0))
-  loss_denom = agg.denominator(mask_RxT, valid_f_R)
+  loss_denom = agg.denominator(jnp.sum(mask_RxT, axis=-1), valid_f_R)
 
   sg = jax.lax.stop_gradient
 

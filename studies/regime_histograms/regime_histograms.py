@@ -34,8 +34,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 from sgpo_jax.config.args import load_config_module  # noqa: E402
 from sgpo_jax.generate import evaluate as evaluate_lib  # noqa: E402
-from sgpo_jax.outputs import metrics as metrics_lib  # noqa: E402
 from sgpo_jax.generate import profiling as profile_lib  # noqa: E402
+from sgpo_jax.outputs import metrics as metrics_lib  # noqa: E402
 
 RESULTS = os.path.dirname(os.path.abspath(__file__))
 regime_configs = load_config_module(os.path.join(REPO, 'sgpo_jax', 'configs', 'regimes.py'))
@@ -191,13 +191,13 @@ def sft_probe(regime: str, every: int, pool_limit: int, steps: int = 0, lr: floa
   prefix of a longer run: the same batches in the same order), so the chosen step count is
   already cached for the comparison runs.
   """
+  from sgpo_jax import tasks
   from sgpo_jax.data import loading as data_lib
+  from sgpo_jax.data import tokenizer as tokenizer_lib
+  from sgpo_jax.generate.sampler import Sampler
   from sgpo_jax.model import transformer as model_lib
   from sgpo_jax.parallel import sharding as sharding_lib
-  from sgpo_jax import tasks
-  from sgpo_jax.data import tokenizer as tokenizer_lib
   from sgpo_jax.rl import warm_start as ws
-  from sgpo_jax.generate.sampler import Sampler
   config = regime_configs.get_config(f'regime={regime}')
   if steps:
     config.warm_start.steps = steps

@@ -34,11 +34,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from studies.scaling_law import calibrate as cal
-from studies.scaling_law import stop_transfer as transfer
-
 from sgpo_jax.config import defaults as default_config
 from sgpo_jax.scaling_law.runs import RunRecord
+from studies.scaling_law import calibrate as cal
+from studies.scaling_law import stop_transfer as transfer
 
 
 def standard_mask(record: RunRecord, budget: float,

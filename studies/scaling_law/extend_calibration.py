@@ -29,9 +29,8 @@ from typing import Sequence
 
 import numpy as np
 
-from studies.scaling_law import calibrate as cal
-
 from sgpo_jax.scaling_law.calibration import CalibrationSet, PrefixFeatures, calibrated_forecast
+from studies.scaling_law import calibrate as cal
 
 OBSERVE_FRACTION = 0.3
 COMPARISON_REGIMES = ('default', 'paper_like')

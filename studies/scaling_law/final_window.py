@@ -37,12 +37,11 @@ from typing import Any
 
 import numpy as np
 
+from sgpo_jax.scaling_law import runs as runs_module
+from sgpo_jax.scaling_law.calibration import CalibrationSet, PrefixFeatures, calibrated_forecast
 from studies.scaling_law import calibrate as cal
 from studies.scaling_law import pooled as pooled
 from studies.scaling_law import reward_noise as reward_noise
-
-from sgpo_jax.scaling_law import runs as runs_module
-from sgpo_jax.scaling_law.calibration import CalibrationSet, PrefixFeatures, calibrated_forecast
 
 DEFAULT_OUT = pooled.RESULTS / 'scaling_law_final_window'
 OBSERVE_FRACTION = 0.3

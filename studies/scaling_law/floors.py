@@ -45,12 +45,11 @@ from typing import Any
 
 import numpy as np
 
+from sgpo_jax.scaling_law.early_stop import below_peak
+from sgpo_jax.scaling_law.runs import RunRecord
 from studies.scaling_law import calibrate as cal
 from studies.scaling_law import pooled as pooled
 from studies.scaling_law import reward_noise as reward_noise
-
-from sgpo_jax.scaling_law.early_stop import below_peak
-from sgpo_jax.scaling_law.runs import RunRecord
 
 DEFAULT_OUT = pooled.RESULTS / 'scaling_law_floors'
 POOLED_JSON = pooled.DEFAULT_OUT / 'results.json'

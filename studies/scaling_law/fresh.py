@@ -33,10 +33,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from studies.scaling_law import calibrate as cal
-
 from sgpo_jax.scaling_law.calibration import CalibrationSet, prefix_features
 from sgpo_jax.scaling_law.runs import evaluate_run
+from studies.scaling_law import calibrate as cal
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = Path(__file__).resolve().parent / 'results' / 'scaling_law_fresh'

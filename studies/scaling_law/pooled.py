@@ -35,20 +35,19 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 from scipy import stats
 
+from sgpo_jax.scaling_law.calibration import CalibrationSet
 from studies.scaling_law import calibrate as cal
 from studies.scaling_law import fresh as fresh
 from studies.scaling_law import stop_trainer as stop_trainer
 from studies.scaling_law import stop_transfer as transfer
-
-from sgpo_jax.scaling_law.calibration import CalibrationSet
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parent / 'results'

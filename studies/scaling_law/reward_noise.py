@@ -35,9 +35,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from studies.scaling_law import calibrate as cal
-
 from sgpo_jax.scaling_law.runs import RunRecord
+from studies.scaling_law import calibrate as cal
 
 LATE_FROM = 0.6  # fraction of the run after which the differences are taken
 

@@ -50,12 +50,11 @@ from typing import Any
 
 import numpy as np
 
-from studies.scaling_law import calibrate as cal
-from studies.scaling_law import stop_transfer as transfer
-
 from sgpo_jax.config import defaults as default_config
 from sgpo_jax.scaling_law.calibration import CalibrationSet
 from sgpo_jax.scaling_law.early_stop import below_peak, bound_within, due_fractions
+from studies.scaling_law import calibrate as cal
+from studies.scaling_law import stop_transfer as transfer
 
 REPO = Path(__file__).resolve().parents[2]
 GRID = transfer.GRID

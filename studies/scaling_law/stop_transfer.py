@@ -36,13 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from studies.scaling_law import calibrate as cal
-from studies.scaling_law.fresh import BOUND_SETTING as PLAN_SETTING
-
 from sgpo_jax.config.args import load_config_module
 from sgpo_jax.scaling_law.calibration import CalibrationSet, PrefixFeatures, prefix_features
 from sgpo_jax.scaling_law.early_stop import BoundStopper
 from sgpo_jax.scaling_law.runs import RunRecord
+from studies.scaling_law import calibrate as cal
+from studies.scaling_law.fresh import BOUND_SETTING as PLAN_SETTING
 
 REPO = Path(__file__).resolve().parents[2]
 regimes = load_config_module(str(REPO / 'sgpo_jax' / 'configs' / 'regimes.py'))

@@ -23,9 +23,16 @@ from pathlib import Path
 import numpy as np
 
 from sgpo_jax.scaling_law import EarlyStopper, fit_joint_law, forecast, select_form
-from sgpo_jax.scaling_law.runs import (ACTUAL_FINAL_WINDOW, METRICS, RunRecord, evaluate_run,
-                                       fit_runs_for_joint_law, load_run, plot_forecast,
-                                       write_synthetic_run)
+from sgpo_jax.scaling_law.runs import (
+  ACTUAL_FINAL_WINDOW,
+  METRICS,
+  RunRecord,
+  evaluate_run,
+  fit_runs_for_joint_law,
+  load_run,
+  plot_forecast,
+  write_synthetic_run,
+)
 from sgpo_jax.scaling_law.trajectory import DEFAULT_FORMS, FORMS
 
 DEFAULT_OUT = Path(__file__).resolve().parent / 'results'

@@ -154,7 +154,8 @@ def test_loss_fields_are_checked(fields, match):
 
 @pytest.mark.parametrize('fields', [
     {'importance_level': 'sequence', 'clip_eps_low': 3e-4, 'clip_eps_high': 4e-4,
-     'packing': False},  # the packed step has no per-sequence ratio
+     'packing': False},
+    {'importance_level': 'sequence', 'packing': True},  # GSPO on the packed step
     {'policy_loss': 'cispo', 'clip_eps_low': 1.0, 'clip_eps_high': 0.28},
 ])
 def test_gspo_and_cispo_settings_pass(fields):
@@ -174,8 +175,7 @@ def test_unset_clip_bounds_resolve_to_the_chosen_losses_defaults(fields, expecte
   from sgpo_jax.rl import learner
   c = config()
   assert c.train.clip_eps_low is None and c.train.clip_eps_high is None  # unset by default
-  c.train.update(fields, packing=c.train.importance_level == 'token'
-                 and fields.get('importance_level', 'token') == 'token')
+  c.train.update(fields)
   config_check.check_config(c)
   settings = learner.LossSettings.from_config(c)
   assert (settings.clip_eps_low, settings.clip_eps_high) == expected
@@ -251,13 +251,11 @@ def test_range_checks_live_in_config_check(field, value, message):
     config_check.check_config(c)
 
 
-def test_packing_refuses_sequence_level_ratios():
+def test_sequence_level_ratios_pass_with_and_without_packing():
   c = config()
   c.train.update(packing=True, importance_level='sequence', clip_eps_low=3e-4,
                  clip_eps_high=4e-4)
-  with pytest.raises(ValueError, match=r'train.packing=True with train.importance_level='
-                     r'sequence.*packing=False or importance_level=token'):
-    config_check.check_config(c)
+  config_check.check_config(c)  # the packed step averages each sequence's own tokens
   c.train.packing = False
   config_check.check_config(c)
 

@@ -287,9 +287,9 @@ def test_compiled_programs_account_for_state_batch_and_resident_bytes(tiny_resul
   state_bytes = n * 4 + 2 * n * 4 + 2 * 4
   rows, seq = 16, c.sampling.max_prompt_len + c.sampling.max_new_tokens
   # tokens + mask (int32), completion mask + old log-probs (4 bytes each) on T-1 target
-  # positions, rewards (f32), group ids (int32), valid (bool); the reference log-probs are
-  # unused at kl_coef = 0, so jit drops that argument.
-  batch_bytes = rows * seq * 4 * 2 + rows * (seq - 1) * 4 * 2 + rows * (4 + 4 + 1)
+  # positions, rewards (f32), group ids and completion lengths (int32), valid (bool); the
+  # reference log-probs are unused at kl_coef = 0, so jit drops that argument.
+  batch_bytes = rows * seq * 4 * 2 + rows * (seq - 1) * 4 * 2 + rows * (4 + 4 + 4 + 1)
   train = compiled['train_step']
   assert train['argument'] == state_bytes + batch_bytes
   assert train['alias'] == state_bytes  # the state is donated: updated in place

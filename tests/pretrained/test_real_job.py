@@ -63,6 +63,7 @@ def test_two_step_lora_run_counts_the_real_model(run_dir):
 def test_export_of_the_run_stops_at_end_of_turn(run_dir, tmp_path):
   torch = pytest.importorskip('torch')
   import transformers
+
   from sgpo_jax import export
   out = str(tmp_path / 'hf')
   export.export_run(run_dir, out)

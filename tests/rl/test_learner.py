@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
 import textwrap
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -79,6 +81,31 @@ def test_half_padded_batch_counts_only_valid_groups():
   _, metrics = learner.train_step(state, make_batch([4, 4]))
   assert float(metrics['num_valid_rows']) == 8
   assert float(metrics['num_valid_groups']) == 2
+
+
+@pytest.mark.parametrize('packing', [False, True])
+def test_train_step_is_a_pure_function_with_its_shardings_beside_it(packing):
+  """The module-level step: the batch schema (also the dry run's) matches the batch the
+  Learner builds; jitted by hand it gives the same metrics twice from one state (nothing is
+  mutated) and the same as `make_train_step`'s sharded, donating jit, which compiled once."""
+  learner, state = make_learner(run_config(packing=packing, pack_rows=2))
+  batch = learner.device_batch(make_batch([2, 2, 4, 8]))
+  schema = learner_lib.batch_schema(R, P + N, learner.pack_shape)
+  assert {k: (v.shape, v.dtype) for k, v in schema.items()} == {
+      k: (np.shape(x), jax.dtypes.canonicalize_dtype(np.asarray(x).dtype))
+      for k, x in batch.items()}
+  step = jax.jit(functools.partial(learner_lib.train_step, model=learner.model,
+                                   optimizer=learner.optimizer, settings=learner.settings))
+  _, m_a = step(state, batch)
+  _, m_b = step(state, batch)
+  jitted, shardings = learner_lib.make_train_step(
+      learner.model, learner.optimizer, learner.settings, learner.mesh,
+      jax.tree.map(lambda x: x.sharding, state), packed=packing)
+  _, m_c = jitted(jax.tree.map(jnp.copy, state), sharding_lib.put_host_values(batch, shardings))
+  assert jitted._cache_size() == 1
+  for key in m_a:
+    assert float(m_a[key]) == float(m_b[key]), key
+    np.testing.assert_allclose(float(m_c[key]), float(m_a[key]), rtol=1e-6, err_msg=key)
 
 
 # The policy losses (sgpo_jax/rl/losses.py registries): PPO token-level (the default), CISPO

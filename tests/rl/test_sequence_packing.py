@@ -124,25 +124,33 @@ def _sgd_learner(config):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('loss_agg,kl_coef', [('token_mean', 0.0), ('seq_mean_token_mean', 0.1)])
-def test_packed_step_equals_padded_step(loss_agg, kl_coef):
+@pytest.mark.parametrize('loss_agg,kl_coef,importance_level', [
+    ('token_mean', 0.0, 'token'), ('seq_mean_token_mean', 0.1, 'token'),
+    # GSPO: each sequence's ratio is a mean over its own tokens, found by segment sums over
+    # the packed tokens' row ids (several sequences share a buffer row).
+    ('seq_mean_token_mean', 0.0, 'sequence')])
+def test_packed_step_equals_padded_step(loss_agg, kl_coef, importance_level):
   batch = make_batch([2, 2, 4, 1], seed=5)  # 9 valid rows of 16, mixed lengths
   batch['old_logp_RxT1'] = batch['old_logp_RxT1'] * 0.9  # ratios != 1: clipping matters
   rng = np.random.default_rng(1)
   batch['ref_logp_RxT1'] = (-rng.uniform(0.5, 3.0, batch['old_logp_RxT1'].shape) *
                             batch['completion_mask_RxT1']).astype(np.float32)
   batch['rewards_R'] = rng.uniform(0, 1, R).astype(np.float32)
-  common = dict(loss_agg=loss_agg, kl_coef=kl_coef, clip_eps_low=0.05, clip_eps_high=0.05)
+  common = dict(loss_agg=loss_agg, kl_coef=kl_coef, clip_eps_low=0.05, clip_eps_high=0.05,
+                importance_level=importance_level)
   padded, s_pad, before = _sgd_learner(run_config(packing=False, **common))
   packed, s_pack, _ = _sgd_learner(run_config(packing=True, pack_rows=2, pack_len=2 * (P + N),
                                               **common))
   s_pad, m_pad = padded.train_step(s_pad, batch)
   s_pack, m_pack = packed.train_step(s_pack, batch)
   for key in ('loss', 'grad_norm', 'token_count', 'seq_count', 'clip_frac_low',
-              'clip_frac_high', 'ratio_max', 'ratio_min', 'entropy_mean', 'num_valid_rows'):
+              'clip_frac_high', 'ratio_mean', 'ratio_max', 'ratio_min', 'entropy_mean',
+              'num_valid_rows'):
     np.testing.assert_allclose(float(m_pack[key]), float(m_pad[key]), rtol=2e-5, atol=1e-7,
                                err_msg=key)
   assert float(m_pad['clip_frac_high']) + float(m_pad['clip_frac_low']) > 0
+  if importance_level == 'sequence':  # one ratio per sequence, several per buffer row
+    assert float(m_pack['ratio_max']) > float(m_pack['ratio_min'])
   grads_pad = jax.tree.map(lambda b, a: b - np.asarray(a), before, s_pad['params'])
   grads_pack = jax.tree.map(lambda b, a: b - np.asarray(a), before, s_pack['params'])
   for g_pad, g_pack in zip(jax.tree.leaves(grads_pad), jax.tree.leaves(grads_pack)):
@@ -170,3 +178,12 @@ def test_packed_step_compiles_once_and_ledger_counts_real_tokens():
   computed, useful = ledger.tokens('train')
   assert 0 < useful <= computed
   assert ledger.useful('train') / ledger.computed('train') == pytest.approx(useful / computed)
+
+
+def test_gspo_with_packing_passes_the_config_check():
+  """Packing is the default; GSPO (importance_level=sequence) runs on the packed step."""
+  from sgpo_jax.config import check as config_check
+  c = run_config(packing=True, importance_level='sequence')
+  config_check.check_config(c)
+  settings = learner_lib.LossSettings.from_config(c)
+  assert settings.packing and settings.importance_level == 'sequence'
