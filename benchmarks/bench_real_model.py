@@ -1,4 +1,4 @@
-"""Speed on the real model (SmolLM2-135M-Instruct, configs/smollm2_135m_arith.py) on this CPU,
+"""Speed on the real model (SmolLM2-135M-Instruct, the smollm2_135m_arith config) on this CPU,
 against transformers' `generate` and TRL's `GRPOTrainer`, both sides in one process.
 
     python benchmarks/bench_real_model.py                       # the job's shape, all three
@@ -106,9 +106,10 @@ def git_commit() -> str:
 
 
 def real_config(args):
-  """configs/smollm2_135m_arith.py (method=grpo) at the benchmark's shape."""
+  """The shipped smollm2_135m_arith config (method=grpo) at the benchmark's shape."""
+  from sgpo_jax import configs
   from sgpo_jax.config.args import load_config_module
-  module = load_config_module(os.path.join(REPO, 'configs', 'smollm2_135m_arith.py'))
+  module = load_config_module(configs.path('smollm2_135m_arith'))
   c = module.get_config(f'method=grpo,rank={args.rank},steps={args.steps + 2}')
   c.train.rows_per_batch = args.rows
   c.grpo.group_size = args.group
