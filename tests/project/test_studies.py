@@ -117,3 +117,20 @@ def test_readme_headline_regenerates_from_the_archived_runs(tmp_path):
       cwd=root, check=True, capture_output=True, timeout=1200)
   results = json.loads((tmp_path / 'out' / 'compare.json').read_text())
   assert readme_table.render(results) in (root / 'README.md').read_text()
+
+
+def test_readme_quotes_the_real_job_result_file():
+  """The README's real-model figures are studies/real_model/result.json's (collect.py writes
+  it from the run), and that file describes the shipped config's run: 512 held-out
+  problems, 40 steps, the real model's parameter count."""
+  root = Path(__file__).resolve().parents[2]
+  result = json.loads((root / 'studies' / 'real_model' / 'result.json').read_text())
+  readme = (root / 'README.md').read_text()
+  assert result['result_line'] in readme
+  assert f"+{result['gain_points']:.1f} points (SE {result['gain_se_points']:.1f})" in readme
+  assert result['num_eval'] >= 512 and result['rl_steps'] == 40
+  assert result['params_total'] == 134_515_008
+  from sgpo_jax.configs import smollm2_135m_arith
+  config = smollm2_135m_arith.get_config()
+  assert (config.train.num_steps, config.data.num_eval) == (40, result['num_eval'])
+  assert result['command'] in readme
