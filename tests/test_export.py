@@ -107,3 +107,11 @@ def test_export_restores_a_checkpoint_with_optimizer_state(tmp_path):
   with pytest.raises(ValueError, match='checksum mismatch'):
     ckpt.verify(restored, meta)
   ckpt.close()
+
+
+def test_checksum_paths_compare_in_dict_form_through_attribute_chains():
+  """A QLoRA base's quantized leaf is `.array.qvalue` under keystr when saved and
+  `['array']['qvalue']` when restored without a target: both links must convert."""
+  saved = {"['params']['k']['kernel'].array.qvalue": 7, "['opt'][0].count": 1}
+  restored = {"['params']['k']['kernel']['array']['qvalue']": 7, "['opt'][0]['count']": 1}
+  assert checkpoint_lib._comparable_paths(saved) == checkpoint_lib._comparable_paths(restored)

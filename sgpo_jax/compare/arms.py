@@ -75,11 +75,13 @@ ARM_NOTES = {
     'sgpo_bayes_g24': 'sgpo_bayes with G in {2, 4}: the default config (recommended)',
 }
 
-# Smoke mode: the tiny model of tests/test_train.py, a few steps, one seed.
+# Smoke mode: the tiny model of tests/test_train.py, a few steps, one seed. The budget ends
+# every run: the tiny policy's groups are often all-equal, and such a step is skipped and
+# charges its rollouts only, so the step cap sits far above the ~20 steps a trained run needs.
 SMOKE_OVERRIDES = {
     'model.d_model': 32, 'model.n_layers': 2, 'model.d_ff': 64, 'model.n_heads': 4,
     'model.n_kv_heads': 2, 'model.head_dim': 8, 'data.num_train': 96, 'data.num_eval': 32,
-    'warm_start.steps': 30, 'train.rows_per_batch': 16, 'train.num_steps': 40,
+    'warm_start.steps': 30, 'train.rows_per_batch': 16, 'train.num_steps': 120,
     'eval.every_steps': 2, 'checkpoint.every_steps': 100, 'sgpo.unsolved_keep_fraction': 1.0,
     'sgpo.trivial_threshold': 0.99, 'greso.group_size': 4, 'knapsack.group_size': 4,
     'knapsack.max_group_size': 16, 'train.flops_budget': 1.1e9,

@@ -67,8 +67,16 @@ _tree_checksum = jax.jit(lambda tree: jax.tree.map(_leaf_words_sum, tree))
 _ATTRIBUTE_KEY = re.compile(r"(?<=\])\.([A-Za-z_]\w*)")
 
 
+def _dict_form(path: str) -> str:
+  # Repeated: a chain of attributes (a quantized array's `.array.qvalue`) converts one
+  # link per pass, since each match needs a `]` before it.
+  while (converted := _ATTRIBUTE_KEY.sub(r"['\1']", path)) != path:
+    path = converted
+  return path
+
+
 def _comparable_paths(checksums: dict[str, int]) -> dict[str, int]:
-  return {_ATTRIBUTE_KEY.sub(r"['\1']", path): value for path, value in checksums.items()}
+  return {_dict_form(path): value for path, value in checksums.items()}
 
 
 def state_checksum(state: Any) -> dict[str, int]:

@@ -11,10 +11,10 @@ import sys
 import numpy as np
 import pytest
 
-from sgpo_jax import train
+from sgpo_jax import tasks, train
 from sgpo_jax.compare import analysis, arms, runner
 from sgpo_jax.config import defaults as default_config
-from tests.test_train import read_jsonl, tiny_run_config
+from tests.test_train import coin_flip_reward, read_jsonl, tiny_run_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -90,7 +90,10 @@ def test_eval_due_at_every_steps_and_at_each_budget_fraction_crossed():
 
 
 @pytest.mark.slow
-def test_a_budgeted_run_evaluates_where_it_crosses_each_fraction(tmp_path):
+def test_a_budgeted_run_evaluates_where_it_crosses_each_fraction(tmp_path, monkeypatch):
+  # A coin-flip reward: every step trains (a tiny policy scores all-zero groups, whose steps
+  # are skipped and charge rollout FLOPs only).
+  monkeypatch.setattr(tasks, 'get_reward_fn', coin_flip_reward)
   config = tiny_run_config('grpo', num_steps=50)
   config.grpo.group_size = 4
   config.train.flops_budget = 5.5e8  # ~10 tiny steps
