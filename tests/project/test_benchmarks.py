@@ -98,7 +98,7 @@ def test_bench_real_model_tiny(tmp_path):
   pytest.importorskip('trl')
   import subprocess
   results = tmp_path / 'real.jsonl'
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  root = REPO
   proc = subprocess.run(
       [sys.executable, os.path.join(root, 'benchmarks', 'bench_real_model.py'), '--rows', '4',
        '--group', '2', '--max_new', '4', '--steps', '1', '--results', str(results)],
