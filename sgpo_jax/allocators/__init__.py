@@ -26,7 +26,8 @@ Interface (`base.py`):
 Shared helpers (each allocator depends on `base.py` and these only, never on another
 allocator's module): `rows.py` (the row layout), `settings.py` (the settings base),
 `pool_walk.py` (the fixed-G baselines' shuffled pool walk), `dynamic_sampling.py` (the
-round loop that drops all-equal groups and refills the batch).
+round loop that drops all-equal groups and refills the batch), `beta.py` (the Beta
+posterior math of the allocators that keep one per prompt).
 
 The registry (`registered()`, `registered_settings()`) is what the config reads: the default
 config has one section per registered allocator, built from its settings' defaults, and
@@ -70,12 +71,13 @@ from sgpo_jax.allocators.knapsack.allocator import KnapsackAllocator
 from sgpo_jax.allocators.settings import AllocatorSettings
 from sgpo_jax.allocators.sgpo.allocator import SGPOAllocator
 from sgpo_jax.allocators.sgpo_bayes.allocator import BayesAllocator, BayesSettings
+from sgpo_jax.allocators.sgpo_select.allocator import SelectAllocator, SelectSettings
 
 __all__ = [
     'Allocator', 'AllocatorSettings', 'BayesAllocator', 'BayesSettings', 'BatchPlan',
     'DAPOAllocator', 'DAPOSettings', 'EpochCursor', 'FilledBatch', 'GRESOAllocator',
     'GRPOAllocator', 'GRPOSettings', 'KnapsackAllocator', 'PlanAllocator',
     'ProfileAllocation', 'Rollout', 'RolloutFn', 'RoundBatch', 'RoundBatchBuilder',
-    'SGPOAllocator', 'allocator_class', 'keep_informative_groups', 'make_allocator',
+    'SGPOAllocator', 'SelectAllocator', 'SelectSettings', 'allocator_class', 'keep_informative_groups', 'make_allocator',
     'register_allocator', 'registered', 'registered_settings',
 ]

@@ -8,6 +8,8 @@
   rollout_fn (so every round's FLOPs are charged, discarded rows included), keep its
   informative groups, until the batch is full or `max_rounds` rounds have run.
 - `round_info`: the metrics fields such a batch logs.
+- `refill_lowers_cost`: whether one more round lowers the expected FLOPs per trained
+  informative row (the stop rule of the allocators that plan their rounds).
 """
 
 from __future__ import annotations
@@ -213,3 +215,22 @@ def round_info(batch: RoundBatch) -> dict[str, int]:
   """metrics.jsonl fields of a batch filled from rounds (names kept from DAPO's)."""
   return {'rounds': batch.rounds, 'dapo_dropped_groups': batch.dropped_groups,
           'dapo_discarded_rows': batch.discarded_rows, 'dapo_kept_groups': batch.kept_groups}
+
+
+def refill_lowers_cost(filled_rows: int, expected_new_rows: float, rounds_done: int, rows: int,
+                       train_cost_per_row: float) -> bool:
+  """Whether one more generation round of a post-filtered batch lowers the expected FLOPs
+  per trained informative row (costs in units of generating one row).
+
+  The batch so far cost rounds_done * rows (every round generates all R rows) plus
+  train_cost_per_row * rows (the train step is charged for every row, padding included);
+  another round costs rows more and is expected to add min(expected_new_rows, free rows).
+  train_cost_per_row = 0 or an empty batch: always refill (DAPO's rule).
+  """
+  if train_cost_per_row < 0:
+    raise ValueError(f'train_cost_per_row={train_cost_per_row} must be >= 0')
+  if train_cost_per_row == 0 or filled_rows <= 0:
+    return True
+  cost = (rounds_done + train_cost_per_row) * rows
+  gain = min(float(expected_new_rows), rows - filled_rows)
+  return (cost + rows) / (filled_rows + gain) < cost / filled_rows

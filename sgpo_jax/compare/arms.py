@@ -48,6 +48,9 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     # and train.mu=2; then measured on fresh seeds 5-19:
     # studies/allocator_comparison/sweeps/compare_packed_confirm/).
     'sgpo_bayes_g24': ('sgpo_bayes', {'sgpo_bayes.group_sizes': (2, 4)}),
+    # Selection before sampling: each round's prompts and G chosen from the whole pool by
+    # Thompson draws from the posterior, plus an exploration floor (allocators/sgpo_select).
+    'sgpo_select': ('sgpo_select', {}),
 }
 ARM_NOTES = {
     'grpo': 'GRPO, G=8 for every prompt',
@@ -73,6 +76,11 @@ ARM_NOTES = {
                        'P_inf(4) < 0.3 (the all-equal tail); what it leaves is decayed once, '
                        'so it comes back in later epochs'),
     'sgpo_bayes_g24': 'sgpo_bayes with G in {2, 4}: the default config (recommended)',
+    'sgpo_select': ('sgpo_select: each round rolls out the prompts and G whose Thompson draws '
+                    'from the posterior promise the most informative rows per row, from the '
+                    'whole pool (evidence forgotten by 0.9 per step, pooled prior for unseen '
+                    'prompts, 8 rows per round for the prompts sampled longest ago), then '
+                    'drops all-equal groups and refills as DAPO'),
 }
 
 # Smoke mode: the tiny model of tests/test_train.py, a few steps, one seed. The budget ends

@@ -28,34 +28,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-
-def _as_float(x) -> np.ndarray:
-  return np.asarray(x, dtype=np.float64)
-
-
-def check_beta(a, b) -> None:
-  a, b = _as_float(a), _as_float(b)
-  if np.any(~np.isfinite(a)) or np.any(~np.isfinite(b)) or np.any(a <= 0) or np.any(b <= 0):
-    raise ValueError(f'Beta parameters must be finite and > 0; got a={a}, b={b} '
-                     '(set sgpo_bayes.prior_alpha and sgpo_bayes.prior_beta > 0)')
-
-
-def expected_power(a, b, power: int) -> np.ndarray:
-  """E[p**power] under Beta(a, b) = prod_{i<power} (a + i) / (a + b + i) (exact ratio of Beta
-  functions for an integer power; power = 0 gives 1)."""
-  if int(power) != power or power < 0:
-    raise ValueError(f'power={power} must be a non-negative integer (a group size)')
-  a, b = _as_float(a), _as_float(b)
-  out = np.ones(np.broadcast(a, b).shape)
-  for i in range(int(power)):
-    out = out * (a + i) / (a + b + i)
-  return out
-
-
-def informative_probability(a, b, group_size: int) -> np.ndarray:
-  """P(a group of `group_size` rollouts has >= 1 success and >= 1 failure) under Beta(a, b)."""
-  check_beta(a, b)
-  return 1.0 - expected_power(a, b, group_size) - expected_power(b, a, group_size)
+from sgpo_jax.allocators.beta import (  # noqa: F401  (re-exported: the posterior math)
+  _as_float,
+  check_beta,
+  expected_power,
+  informative_probability,
+  pooled_prior,
+)
+from sgpo_jax.allocators.dynamic_sampling import refill_lowers_cost  # noqa: F401
 
 
 def group_value(a, b, group_size: int, signal_exponent: float = 0.0) -> np.ndarray:
@@ -171,80 +151,3 @@ def adapt_revisit_base(base: float, informative_share: float, target: float, ste
   than `target` (deprioritised prompts are coming back), one step down otherwise."""
   new = base + step if informative_share > target else base - step
   return float(min(max(new, floor), ceiling))
-
-
-def refill_lowers_cost(filled_rows: int, expected_new_rows: float, rounds_done: int, rows: int,
-                       train_cost_per_row: float) -> bool:
-  """Whether one more generation round of a post-filtered batch lowers the expected FLOPs
-  per trained informative row (costs in units of generating one row).
-
-  The batch so far cost rounds_done * rows (every round generates all R rows) plus
-  train_cost_per_row * rows (the train step is charged for every row, padding included);
-  another round costs rows more and is expected to add min(expected_new_rows, free rows).
-  train_cost_per_row = 0 or an empty batch: always refill (DAPO's rule).
-  """
-  if train_cost_per_row < 0:
-    raise ValueError(f'sgpo_bayes.train_cost_per_row={train_cost_per_row} must be >= 0')
-  if train_cost_per_row == 0 or filled_rows <= 0:
-    return True
-  cost = (rounds_done + train_cost_per_row) * rows
-  gain = min(float(expected_new_rows), rows - filled_rows)
-  return (cost + rows) / (filled_rows + gain) < cost / filled_rows
-
-
-def pooled_prior(succ_Q, fail_Q, stratum_Q, prior_alpha: float, prior_beta: float,
-                 strength: float, max_concentration: float) -> tuple[np.ndarray, np.ndarray]:
-  """Empirical-Bayes Beta prior per stratum (prompts sharing a feature, e.g. a difficulty
-  level) from the evidence of its prompts: float64 [S] (a, b), S = stratum_Q.max() + 1.
-
-  succ_Q / fail_Q are each prompt's (decayed) evidence counts, posterior minus the base prior
-  Beta(prior_alpha, prior_beta); prompts with none are unseen and do not count. Per stratum,
-  over its k seen prompts (n_i = s_i + f_i samples, rate x_i = s_i / n_i):
-  - mean mu = (sum s + prior_alpha) / (sum n + prior_alpha + prior_beta), the pooled rate;
-  - between-prompt variance tau2 = (sum n_i (x_i - mu)^2 - k mu (1 - mu)) / sum n, the
-    spread of the rates minus their binomial noise, kept within the concentrations
-    [0.5, max_concentration] (kappa = mu (1 - mu) / tau2 - 1);
-  - that Beta(kappa mu, kappa (1 - mu)) is mixed with `strength` pseudo-prompts of the base
-    prior (weights k : strength, first and second moments) and the mixture moment-matched
-    back to a Beta. A stratum with no seen prompt gets the base prior exactly.
-  So a prompt nobody has rolled out yet starts where its stratum's prompts are: a level whose
-  prompts all came back solved starts near-trivial, a level of mostly-unsolved prompts with
-  a few informative ones starts U-shaped (low mean, low concentration)."""
-  s_Q, f_Q = _as_float(succ_Q).reshape(-1), _as_float(fail_Q).reshape(-1)
-  strat_Q = np.asarray(stratum_Q, np.int64).reshape(-1)
-  if not (s_Q.shape == f_Q.shape == strat_Q.shape):
-    raise ValueError(f'succ {s_Q.shape}, fail {f_Q.shape} and stratum {strat_Q.shape} must '
-                     'have one entry per prompt')
-  if strat_Q.size and strat_Q.min() < 0:
-    raise ValueError(f'stratum ids must be >= 0; got min {strat_Q.min()}')
-  if strength < 0 or max_concentration < 0.5:
-    raise ValueError(f'sgpo_bayes.pooled_prior_strength={strength} must be >= 0 and '
-                     f'sgpo_bayes.pooled_max_concentration={max_concentration} >= 0.5')
-  num_s = int(strat_Q.max()) + 1 if strat_Q.size else 0
-  n_Q = s_Q + f_Q
-  seen_Q = n_Q > 1e-12
-  k_S = np.bincount(strat_Q, weights=seen_Q.astype(np.float64), minlength=num_s)
-  sum_s_S = np.bincount(strat_Q, weights=np.where(seen_Q, s_Q, 0.0), minlength=num_s)
-  sum_n_S = np.bincount(strat_Q, weights=np.where(seen_Q, n_Q, 0.0), minlength=num_s)
-  mu_S = (sum_s_S + prior_alpha) / (sum_n_S + prior_alpha + prior_beta)
-  x_Q = np.where(seen_Q, s_Q / np.where(seen_Q, n_Q, 1.0), 0.0)
-  spread_S = np.bincount(strat_Q, weights=np.where(seen_Q, n_Q * (x_Q - mu_S[strat_Q]) ** 2, 0.0),
-                         minlength=num_s)
-  var_p_S = mu_S * (1.0 - mu_S)
-  tau2_S = (spread_S - k_S * var_p_S) / np.maximum(sum_n_S, 1e-12)
-  tau2_S = np.clip(tau2_S, var_p_S / (max_concentration + 1.0), var_p_S / 1.5)
-  kappa_S = var_p_S / tau2_S - 1.0
-  # Mix with the base prior (moments), then back to a Beta.
-  base_m1 = prior_alpha / (prior_alpha + prior_beta)
-  base_m2 = prior_alpha * (prior_alpha + 1) / ((prior_alpha + prior_beta) *
-                                               (prior_alpha + prior_beta + 1))
-  fit_m2 = mu_S * (kappa_S * mu_S + 1.0) / (kappa_S + 1.0)
-  w_S = k_S / (k_S + strength) if strength > 0 else (k_S > 0).astype(np.float64)
-  m1_S = w_S * mu_S + (1.0 - w_S) * base_m1
-  m2_S = w_S * fit_m2 + (1.0 - w_S) * base_m2
-  var_S = np.maximum(m2_S - m1_S ** 2, 1e-12)
-  conc_S = np.maximum(m1_S * (1.0 - m1_S) / var_S - 1.0, 1e-6)
-  a_S, b_S = conc_S * m1_S, conc_S * (1.0 - m1_S)
-  none = k_S == 0  # exactly the base prior (no rounding through the moments)
-  a_S[none], b_S[none] = prior_alpha, prior_beta
-  return a_S, b_S

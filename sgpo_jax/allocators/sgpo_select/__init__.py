@@ -1,0 +1,1 @@
+"""sgpo_select: the posterior chooses which prompts to roll out, before rolling out."""

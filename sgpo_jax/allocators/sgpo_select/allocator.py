@@ -1,0 +1,314 @@
+"""`method=sgpo_select`: the posterior decides which prompts to roll out before rolling out.
+
+`sgpo_bayes` walks its epoch: every prompt gets a group once per epoch, and its posterior only
+sizes the group, so most groups it rolls out are ones it already expects to come back
+all-correct or all-wrong, then drops them as DAPO does. Here each round chooses from the
+whole pool (math in `selection.py`, the Beta posterior in `allocators/beta.py`):
+
+1. Posterior per prompt: successes / failures of every sample it was given, on top of an
+   empirical-Bayes prior shared by the pool (`pooled_prior`: 'pool', 'difficulty' or 'none'),
+   so a prompt nobody has rolled out is priced at what unseen prompts have turned out to be
+   (in a mostly-solved pool: mostly trivial), not at an optimistic flat prior. The evidence
+   decays by `forget` per training step: the policy moves, and a prompt unsolved 30 steps
+   ago may not be now.
+2. Value of a group of G rollouts of prompt q: 1 - p^G - (1-p)^G (the chance it is not
+   all-equal) at a Thompson draw p ~ Beta(a_q, b_q), times G**signal_exponent (1: expected
+   informative rows, the unit a batch is filled in; 0: informative groups). A round's R
+   rows cost the same whichever prompts hold them (the sampler's shape is fixed), so the
+   greedy fill by value per row maximises the expected informative rows per FLOP.
+3. Exploration, two kinds. Thompson draws give an uncertain prompt (unseen, or seen long ago
+   and decayed) its chance in proportion to how likely it is to be informative. Thompson
+   alone can still starve a prompt whose posterior is confidently trivial for a long stretch
+   while the policy moves under it, so a floor of `explore_rows` rows per round goes to the
+   prompts sampled longest ago (never-sampled first, ties in a seeded random order, at
+   G = max(group_sizes)): every prompt is revisited at least once per
+   pool / (explore_rows / G) rounds, a bound that does not depend on the posterior.
+4. Post-filter as DAPO: all-equal groups are dropped, informative groups kept while they fit,
+   further rounds refill the batch up to `max_rounds` (optionally stopped early by
+   `train_cost_per_row`, `dynamic_sampling.refill_lowers_cost`). A prompt is rolled out at
+   most once per step. Every rollout updates its prompt's evidence; every round is charged
+   as 'rollout', dropped rows included.
+Each batch logs `filled_share` (trained rows / R); summary.json's allocator block has the
+wasted (all-equal) share of rolled-out groups, the share of the pool never sampled and the
+rounds per step. Resume is exact: the state round-trips through `state_dict()` and every
+draw comes from a stream keyed by (seed, step, round).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import numpy as np
+
+from sgpo_jax.allocators import beta as beta_lib
+from sgpo_jax.allocators import dynamic_sampling
+from sgpo_jax.allocators import rows as rows_lib
+from sgpo_jax.allocators.base import (
+  Allocator,
+  BatchPlan,
+  FilledBatch,
+  Rollout,
+  RolloutFn,
+  register_allocator,
+  stream_rng,
+)
+from sgpo_jax.allocators.settings import AllocatorSettings, require
+from sgpo_jax.allocators.sgpo_select import selection
+
+_THOMPSON_STREAM = 0x7405
+_EXPLORE_ORDER_STREAM = 0xE8F1
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectSettings(AllocatorSettings):
+  """config.sgpo_select: its defaults and range checks. group_sizes is stored sorted."""
+  section: ClassVar[str] = 'sgpo_select'
+  group_sizes: tuple[int, ...] = (2, 4)  # candidate G; rows_per_batch must be a multiple of each
+  prior_alpha: float = 0.5  # base Beta prior (Jeffreys); the pooled prior is built on it
+  prior_beta: float = 0.5
+  pooled_prior: str = 'pool'  # 'pool' | 'difficulty' | 'none' (see the module docstring)
+  pooled_prior_strength: float = 1.0  # the base prior counts as this many seen prompts
+  pooled_max_concentration: float = 8.0  # a pooled prior is worth at most this many samples
+  forget: float = 0.9  # evidence kept per training step (1: never forget)
+  signal_exponent: float = 1.0  # group value = P_inf * G**this (1: informative rows)
+  explore_rows: int = 8  # rows per round for the prompts sampled longest ago (0: none)
+  max_rounds: int = 4  # rollout rounds per batch, then padded (as DAPO)
+  train_cost_per_row: float = 0.0  # > 0: stop refilling when a round would not pay
+
+  def check(self) -> None:
+    object.__setattr__(self, 'group_sizes',
+                       rows_lib.check_group_sizes(self.group_sizes, 'sgpo_select.group_sizes',
+                                                  minimum=2))
+    require(self.prior_alpha > 0 and self.prior_beta > 0,
+            f'sgpo_select.prior_alpha={self.prior_alpha} and prior_beta={self.prior_beta} '
+            'must be > 0 (e.g. 0.5, the Jeffreys prior).')
+    require(self.pooled_prior in ('none', 'difficulty', 'pool'),
+            f"sgpo_select.pooled_prior={self.pooled_prior!r} must be 'pool' (one empirical-"
+            "Bayes prior for the pool), 'difficulty' (one per difficulty level) or 'none'.")
+    require(self.pooled_prior_strength >= 0,
+            f'sgpo_select.pooled_prior_strength={self.pooled_prior_strength} must be >= 0.')
+    require(self.pooled_max_concentration >= 0.5,
+            f'sgpo_select.pooled_max_concentration={self.pooled_max_concentration} must be '
+            '>= 0.5 (e.g. 8).')
+    require(0.0 < self.forget <= 1.0,
+            f'sgpo_select.forget={self.forget} must be in (0, 1] (evidence kept per step; '
+            '1 = never forget), e.g. 0.9.')
+    require(self.signal_exponent >= 0,
+            f'sgpo_select.signal_exponent={self.signal_exponent} must be >= 0 (0: '
+            'informative groups, 1: informative rows).')
+    max_g = self.group_sizes[-1]
+    require(isinstance(self.explore_rows, int) and not isinstance(self.explore_rows, bool)
+            and self.explore_rows >= 0 and self.explore_rows % max_g == 0,
+            f'sgpo_select.explore_rows={self.explore_rows!r} must be 0 or a multiple of the '
+            f'largest group size {max_g} (exploration groups are of that size), e.g. {max_g}.')
+    require(isinstance(self.max_rounds, int) and not isinstance(self.max_rounds, bool)
+            and self.max_rounds >= 1,
+            f'sgpo_select.max_rounds={self.max_rounds!r} must be an integer >= 1.')
+    require(self.train_cost_per_row >= 0,
+            f'sgpo_select.train_cost_per_row={self.train_cost_per_row} must be >= 0 (0: '
+            'refill up to max_rounds).')
+
+  def check_rows_per_batch(self, rows_per_batch: int) -> None:
+    super().check_rows_per_batch(rows_per_batch)
+    require(self.explore_rows < rows_per_batch,
+            f'sgpo_select.explore_rows={self.explore_rows} must be below '
+            f'train.rows_per_batch={rows_per_batch}, or no row is left for the posterior.')
+
+
+@dataclasses.dataclass
+class SelectState:
+  """Everything that changes while running (JSON round-trip in state_dict)."""
+  succ: np.ndarray  # [Q] float64 decayed successes
+  fail: np.ndarray  # [Q] float64 decayed failures
+  last_step: np.ndarray  # [Q] int32 last step the prompt was rolled out (-1 = never)
+  times_sampled: np.ndarray  # [Q] int32 groups rolled out
+  steps: int = 0
+  # Diagnostics (summary.json 'allocator' block).
+  train_groups: int = 0  # groups rolled out
+  informative_groups: int = 0
+  expected_informative: float = 0.0  # sum of posterior-mean P_inf over them, as planned
+  explore_groups: int = 0
+  explore_informative: int = 0
+  train_rounds: int = 0
+  dropped_groups: int = 0
+  overflow_groups: int = 0
+  refills_skipped: int = 0
+  filled_rows: int = 0  # trained rows over all batches
+
+
+@register_allocator('sgpo_select')
+class SelectAllocator(Allocator):
+  """Chooses each round's prompts and G from the whole pool; see the module docstring."""
+  Settings = SelectSettings
+  uses_strata = True
+
+  def __init__(self, num_queries: int, rows_per_batch: int, settings: SelectSettings,
+               seed: int = 0, strata: Any = None):
+    if num_queries < 1:
+      raise ValueError(f'num_queries={num_queries}: the training pool is empty')
+    settings.check_rows_per_batch(rows_per_batch)
+    self.num_queries = int(num_queries)
+    self.rows_per_batch = int(rows_per_batch)
+    self.settings = settings
+    self.seed = int(seed)
+    self.stratum_Q = _strata(settings.pooled_prior, strata, self.num_queries)
+    # Exploration ties (never-sampled prompts) in a fixed random order of the pool.
+    self.explore_rank_Q = np.argsort(stream_rng(self.seed, _EXPLORE_ORDER_STREAM)
+                                     .permutation(self.num_queries))
+    q = self.num_queries
+    self.state = SelectState(succ=np.zeros(q), fail=np.zeros(q),
+                             last_step=np.full(q, -1, np.int32),
+                             times_sampled=np.zeros(q, np.int32))
+
+  @classmethod
+  def from_config(cls, config: Any, num_queries: int, profile: Any = None,
+                  strata: Any = None) -> SelectAllocator:
+    del profile  # it needs none: unseen prompts are priced by the pooled prior
+    return cls(num_queries, int(config.train.rows_per_batch),
+               SelectSettings.from_config(config.sgpo_select), int(config.seed), strata)
+
+  # -- posterior -------------------------------------------------------------------------
+
+  def posterior(self) -> tuple[np.ndarray, np.ndarray]:
+    """float64 [Q] (a, b): each prompt's decayed evidence on its stratum's prior."""
+    st, cfg = self.state, self.settings
+    if self.stratum_Q is None:
+      return cfg.prior_alpha + st.succ, cfg.prior_beta + st.fail
+    a_S, b_S = beta_lib.pooled_prior(st.succ, st.fail, self.stratum_Q, cfg.prior_alpha,
+                                     cfg.prior_beta, cfg.pooled_prior_strength,
+                                     cfg.pooled_max_concentration)
+    return a_S[self.stratum_Q] + st.succ, b_S[self.stratum_Q] + st.fail
+
+  # -- one round -------------------------------------------------------------------------
+
+  def plan_round(self, round_index: int, eligible_Q: np.ndarray,
+                 posterior: tuple[np.ndarray, np.ndarray]) -> tuple[BatchPlan, int]:
+    """The prompts and G of one round: the Thompson greedy fill, then the exploration
+    floor's prompts (sampled longest ago) at the largest G. Returns (plan, explore count)."""
+    st, cfg = self.state, self.settings
+    sizes = cfg.group_sizes
+    max_g = sizes[-1]
+    explore_Q = selection.least_recent(st.last_step, eligible_Q, cfg.explore_rows // max_g,
+                                       self.explore_rank_Q)
+    ok_Q = eligible_Q.copy()
+    ok_Q[explore_Q] = False
+    a_Q, b_Q = posterior
+    rng = stream_rng(self.seed, _THOMPSON_STREAM, st.steps, round_index)
+    p_Q = rng.beta(a_Q, b_Q)
+    value_QxS = (selection.informative_given_p(p_Q, sizes)
+                 * np.asarray(sizes, np.float64) ** cfg.signal_exponent)
+    query, group = selection.greedy_fill(value_QxS, sizes,
+                                         self.rows_per_batch - explore_Q.size * max_g, ok_Q)
+    plan = BatchPlan(np.concatenate([query, explore_Q]).astype(np.int64),
+                     np.concatenate([group, np.full(explore_Q.size, max_g, np.int32)]),
+                     'select')
+    return plan, int(explore_Q.size)
+
+  def _expected_rows(self, plan: BatchPlan, posterior: tuple[np.ndarray, np.ndarray]
+                     ) -> np.ndarray:
+    """Posterior-mean P_inf of each planned group [P]."""
+    a_Q, b_Q = posterior
+    return np.array([float(beta_lib.informative_probability(a_Q[q], b_Q[q], int(g)))
+                     for q, g in zip(plan.query_index.tolist(), plan.group_size.tolist())])
+
+  def _observe(self, plan: BatchPlan, rewards_R: np.ndarray, layout: rows_lib.RowLayout,
+               explore: int) -> np.ndarray:
+    """Evidence from one round; returns bool [P]: groups that are not all-equal."""
+    st = self.state
+    raw_R = np.asarray(rewards_R, np.float64).reshape(-1)
+    valid = np.flatnonzero(layout.valid_R)
+    q_R = layout.row_query_index_R[valid]
+    success_R = np.clip(raw_R[valid], 0.0, 1.0)
+    np.add.at(st.succ, q_R, success_R)
+    np.add.at(st.fail, q_R, 1.0 - success_R)
+    informative_P = np.zeros(plan.num_prompts, bool)
+    for p in range(plan.num_prompts):
+      r = raw_R[layout.group_id_R == p]
+      informative_P[p] = bool(r.max() > r.min())  # exact, as keep_informative_groups
+    st.last_step[plan.query_index] = st.steps
+    st.times_sampled[plan.query_index] += 1
+    st.train_groups += plan.num_prompts
+    st.informative_groups += int(informative_P.sum())
+    st.explore_groups += explore
+    st.explore_informative += int(informative_P[plan.num_prompts - explore:].sum()) if explore \
+        else 0
+    st.train_rounds += 1
+    return informative_P
+
+  def fill_batch(self, rollout_fn: RolloutFn) -> FilledBatch:
+    """Rounds planned from the whole pool until the batch is filled or max_rounds ran."""
+    st, cfg = self.state, self.settings
+    if st.steps > 0:  # the policy moved by one step since the last batch
+      st.succ, st.fail = selection.forget(st.succ, st.fail, cfg.forget)
+    builder = dynamic_sampling.RoundBatchBuilder(self.rows_per_batch, cfg.max_rounds)
+    eligible_Q = np.ones(self.num_queries, bool)  # one group per prompt per step
+    rounds: list[Rollout] = []
+    explored = 0
+    min_g = cfg.group_sizes[0]
+    while (not builder.done and self.rows_per_batch - builder.filled_rows >= min_g
+           and eligible_Q.any()):
+      posterior = self.posterior()
+      plan, explore = self.plan_round(builder.rounds, eligible_Q, posterior)
+      if plan.num_prompts == 0:
+        break
+      expected_P = self._expected_rows(plan, posterior)
+      if builder.rounds and not dynamic_sampling.refill_lowers_cost(
+          builder.filled_rows, float(np.sum(expected_P * plan.group_size)), builder.rounds,
+          self.rows_per_batch, cfg.train_cost_per_row):
+        st.refills_skipped += 1
+        break
+      layout = plan.rows(self.rows_per_batch)
+      rollout = rollout_fn(layout, builder.rounds, 'rollout')
+      st.expected_informative += float(expected_P.sum())
+      self._observe(plan, rollout.rewards_R, layout, explore)
+      explored += explore
+      builder.add_round(layout, rollout.rewards_R)
+      eligible_Q[plan.query_index] = False
+      rounds.append(rollout)
+    batch = builder.build()
+    st.dropped_groups += batch.dropped_groups
+    st.overflow_groups += batch.overflow_groups
+    st.filled_rows += self.rows_per_batch - int((~batch.layout.valid_R).sum())
+    st.steps += 1
+    info = dynamic_sampling.round_info(batch)
+    info.update(train_rounds=batch.rounds, explore_groups=explored,
+                filled_share=1.0 - float((~batch.layout.valid_R).mean()))
+    return FilledBatch('select', batch.layout, batch.gather_rollout(rounds), info)
+
+  # -- reports ---------------------------------------------------------------------------
+
+  def summary(self) -> dict[str, Any]:
+    st = self.state
+    groups = max(st.train_groups, 1)
+    return {
+        'train_groups': st.train_groups,
+        'informative_group_share': st.informative_groups / groups,
+        'expected_informative_share': st.expected_informative / groups,
+        'train_rounds': st.train_rounds,
+        'train_rounds_per_step': st.train_rounds / max(st.steps, 1),
+        'dropped_groups': st.dropped_groups, 'overflow_groups': st.overflow_groups,
+        'refills_skipped': st.refills_skipped,
+        'filled_share': st.filled_rows / max(st.steps * self.rows_per_batch, 1),
+        'never_sampled_share': float(np.mean(st.times_sampled == 0)),
+        'explore_groups': st.explore_groups,
+        'explore_informative_share': st.explore_informative / max(st.explore_groups, 1),
+    }
+
+
+def _strata(mode: str, strata: Any, num_queries: int) -> np.ndarray | None:
+  """int64 [Q] stratum ids for pooled_prior ('pool': one; 'difficulty': one per distinct
+  difficulty, queries without one together), None for 'none'."""
+  if mode == 'none':
+    return None
+  if mode == 'pool':
+    return np.zeros(num_queries, np.int64)
+  values = list(strata) if strata is not None else []
+  if len(values) != num_queries or all(v is None for v in values):
+    raise ValueError(f"sgpo_select.pooled_prior='difficulty' needs a difficulty per training "
+                     f'query ({num_queries}; got {len(values)}, '
+                     f'{sum(v is not None for v in values)} set): add a difficulty column to '
+                     "the data or set sgpo_select.pooled_prior='pool'")
+  keys = sorted({v for v in values if v is not None})
+  index = {v: i for i, v in enumerate(keys)}
+  return np.array([index[v] if v is not None else len(keys) for v in values], np.int64)

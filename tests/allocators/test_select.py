@@ -1,0 +1,220 @@
+"""Tests for sgpo_jax/allocators/sgpo_select/: hand-computed selection math, the allocator's
+choice from the whole pool, its exploration floor, filled share and exact resume."""
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from sgpo_jax import allocators
+from sgpo_jax.allocators import Rollout
+from sgpo_jax.allocators.sgpo_select import selection
+from sgpo_jax.allocators.sgpo_select.allocator import SelectAllocator, SelectSettings
+from sgpo_jax.config import defaults as default_config
+
+TRIVIAL, UNSOLVED, COIN = 'trivial', 'unsolved', 'coin'
+
+
+# -- selection.py ------------------------------------------------------------------------
+
+
+def test_informative_given_p_hand_computed():
+  v = selection.informative_given_p([0.5, 0.9, 0.0, 1.0], (2, 4))
+  np.testing.assert_allclose(v[0], [0.5, 1 - 2 / 16])
+  np.testing.assert_allclose(v[1], [1 - 0.81 - 0.01, 1 - 0.9 ** 4 - 0.1 ** 4])
+  np.testing.assert_allclose(v[2:], 0.0)
+  with pytest.raises(ValueError, match='success rates'):
+    selection.informative_given_p([1.2], (2,))
+
+
+def test_greedy_fill_by_value_per_row():
+  # Sizes (2, 4). Prompt 0: 0.5 at G2, 0.875 at G4 (grow: 0.1875/row); prompt 1: 0.18 /
+  # 0.3439 (grow 0.082/row); prompt 2: nothing to gain.
+  value = np.array([[0.5, 0.875], [0.18, 0.3439], [0.0, 0.0]])
+  # 4 rows: add 0 at G2 (0.25/row), grow 0 to G4 (0.1875) beats adding 1 (0.09).
+  q, g = selection.greedy_fill(value, (2, 4), 4)
+  assert q.tolist() == [0] and g.tolist() == [4]
+  # 8 rows: then add 1 at G2 (0.09/row), grow 1 (0.082/row): 0 at G4, 1 at G4; never 2.
+  q, g = selection.greedy_fill(value, (2, 4), 8)
+  assert q.tolist() == [0, 1] and g.tolist() == [4, 4]
+  # An ineligible prompt is never taken.
+  q, g = selection.greedy_fill(value, (2, 4), 8, eligible_Q=np.array([False, True, True]))
+  assert q.tolist() == [1] and g.tolist() == [4]
+  # Rows that do not fit the next size are left empty; order = first taken.
+  q, g = selection.greedy_fill(np.array([[0.1, 0.2], [0.4, 0.5]]), (2, 4), 2)
+  assert q.tolist() == [1] and g.tolist() == [2]
+  with pytest.raises(ValueError, match='ascending'):
+    selection.greedy_fill(value, (4, 2), 8)
+  with pytest.raises(ValueError, match='shape'):
+    selection.greedy_fill(value[:, :1], (2, 4), 8)
+
+
+def test_forget_and_least_recent():
+  s, f = selection.forget([4.0, 0.0], [0.0, 2.0], 0.5, steps=2)
+  assert s.tolist() == [1.0, 0.0] and f.tolist() == [0.0, 0.5]
+  with pytest.raises(ValueError, match='sgpo_select.forget=0'):
+    selection.forget([1.0], [1.0], 0.0)
+  last = np.array([3, -1, 0, -1, 5])
+  eligible = np.array([True, True, True, True, False])
+  # Never sampled first (ties by the tie-break rank), then the oldest.
+  picked = selection.least_recent(last, eligible, 3, tie_break_Q=np.array([0, 9, 0, 2, 0]))
+  assert picked.tolist() == [3, 1, 2]
+  assert selection.least_recent(last, eligible, 0, np.zeros(5)).size == 0
+
+
+# -- the allocator -------------------------------------------------------------------------
+
+
+def fake_rollout(alloc, kinds, calls):
+  """Rewards by prompt kind: trivial 1, unsolved 0, coin a fixed pseudo-random 0/1 of
+  (query, row, step, round); records (category, valid rows) per call."""
+  def rollout_fn(layout, round_index=None, category='rollout'):
+    rewards = np.zeros(layout.rows_per_batch, np.float32)
+    for r in np.flatnonzero(layout.valid_R):
+      q = int(layout.row_query_index_R[r])
+      if kinds[q] == TRIVIAL:
+        rewards[r] = 1.0
+      elif kinds[q] == COIN:
+        key = f'{q}|{r}|{alloc.state.steps}|{round_index}'.encode()
+        rewards[r] = float(hashlib.sha256(key).digest()[0] % 2)
+    calls.append((category, int(layout.valid_R.sum())))
+    n = layout.rows_per_batch
+    return Rollout(np.zeros((n, 1), np.int32), np.zeros((n, 1), np.int32),
+                   np.zeros((n, 1), np.float32), rewards, layout.row_query_index_R)
+  return rollout_fn
+
+
+def make(num_queries=64, rows=16, seed=0, **overrides):
+  return SelectAllocator(num_queries, rows, SelectSettings(**overrides), seed=seed)
+
+
+def pool(num_queries=64, coins=(3, 17, 40, 55)):
+  """Mostly trivial with some unsolved prompts and a few coin flips (the learnable ones)."""
+  kinds = [TRIVIAL if q % 4 else UNSOLVED for q in range(num_queries)]
+  for q in coins:
+    kinds[q] = COIN
+  return kinds
+
+
+def run(alloc, kinds, steps):
+  calls, batches = [], []
+  fn = fake_rollout(alloc, kinds, calls)
+  for _ in range(steps):
+    batches.append(alloc.fill_batch(fn))
+  return batches, calls
+
+
+def test_selection_finds_the_informative_prompts_and_wastes_less_over_time():
+  kinds = pool()
+  alloc = make(explore_rows=4)
+  batches, calls = run(alloc, kinds, 40)
+  assert all(c == ('rollout', c[1]) and c[1] <= 16 for c in calls)
+  coins = {3, 17, 40, 55}
+  # Late batches are filled by the coin prompts (the only informative ones) in few rounds.
+  late = batches[-10:]
+  trained = [set(b.layout.row_query_index_R[b.layout.valid_R].tolist()) for b in late]
+  assert all(t <= coins and t for t in trained)
+  early_rounds = np.mean([b.info['rounds'] for b in batches[:5]])
+  late_rounds = np.mean([b.info['rounds'] for b in late])
+  assert late_rounds <= early_rounds
+  s = alloc.summary()
+  assert 0 < s['informative_group_share'] < 1
+  assert s['train_rounds'] == sum(b.info['rounds'] for b in batches)
+  assert s['filled_share'] == pytest.approx(np.mean([b.info['filled_share'] for b in batches]))
+  for b in batches:  # filled share = trained rows / R, every trained group informative
+    assert b.info['filled_share'] == pytest.approx(b.layout.valid_R.mean())
+    r = b.rollout.rewards_R
+    for gid in np.unique(b.layout.group_id_R[b.layout.valid_R]):
+      g = r[(b.layout.group_id_R == gid) & b.layout.valid_R]
+      assert g.max() > g.min()
+
+
+def test_a_prompt_is_rolled_out_at_most_once_per_step():
+  kinds = pool()
+  alloc = make()
+  seen_per_step = []
+  calls = []
+  fn = fake_rollout(alloc, kinds, calls)
+  orig = fn
+
+  def recording(layout, round_index=None, category='rollout'):
+    seen_per_step[-1].extend(layout.row_query_index_R[layout.valid_R].tolist())
+    return orig(layout, round_index, category)
+  for _ in range(10):
+    seen_per_step.append([])
+    alloc.fill_batch(recording)
+  for rows in seen_per_step:
+    groups = [q for i, q in enumerate(rows) if i == 0 or rows[i - 1] != q]
+    assert len(groups) == len(set(groups))
+
+
+def test_exploration_floor_reaches_every_prompt():
+  # Without the floor a confidently trivial prompt may wait; with 4 rows (one G=4 group per
+  # round), a pool of 64 is covered within 64 rounds, never-sampled prompts first.
+  kinds = pool()
+  alloc = make(explore_rows=4)
+  run(alloc, kinds, 64)
+  assert alloc.summary()['never_sampled_share'] == 0.0
+  assert alloc.summary()['explore_groups'] >= 64
+
+
+def test_pooled_prior_prices_unseen_prompts_from_the_seen_ones():
+  alloc = make(num_queries=8)
+  st = alloc.state
+  st.succ[:4], st.fail[:4] = 4.0, 0.0  # four seen prompts, all solved
+  a_Q, b_Q = alloc.posterior()
+  mean_unseen = a_Q[7] / (a_Q[7] + b_Q[7])
+  assert mean_unseen > 0.75  # an unseen prompt now looks mostly solved
+  flat = make(num_queries=8, pooled_prior='none')
+  flat.state.succ[:4] = 4.0
+  a_Q, b_Q = flat.posterior()
+  assert (a_Q[7], b_Q[7]) == (0.5, 0.5)
+
+
+def test_forgetting_between_steps():
+  kinds = pool()
+  alloc = make(forget=0.5)
+  _, calls1 = run(alloc, kinds, 1)
+  total1 = alloc.state.succ.sum() + alloc.state.fail.sum()
+  assert total1 == sum(n for _, n in calls1)  # one unit of evidence per rolled-out row
+  _, calls2 = run(alloc, kinds, 1)
+  # Step 2 first halves the evidence, then adds its own rows.
+  total2 = alloc.state.succ.sum() + alloc.state.fail.sum()
+  assert total2 == pytest.approx(total1 / 2 + sum(n for _, n in calls2))
+
+
+def test_resume_is_exact():
+  kinds = pool()
+  a = make(seed=3)
+  full, _ = run(a, kinds, 12)
+  b = make(seed=3)
+  run(b, kinds, 5)
+  saved = json.loads(json.dumps(b.state_dict()))
+  c = make(seed=3)
+  c.load_state_dict(saved)
+  rest, _ = run(c, kinds, 7)
+  for x, y in zip(full[5:], rest):
+    np.testing.assert_array_equal(x.layout.row_query_index_R, y.layout.row_query_index_R)
+    np.testing.assert_array_equal(x.rollout.rewards_R, y.rollout.rewards_R)
+  assert a.summary() == c.summary()
+
+
+def test_settings_refuse_bad_values_by_name():
+  with pytest.raises(ValueError, match='sgpo_select.forget=1.5'):
+    SelectSettings(forget=1.5)
+  with pytest.raises(ValueError, match='sgpo_select.explore_rows=6'):
+    SelectSettings(explore_rows=6)
+  with pytest.raises(ValueError, match="sgpo_select.pooled_prior='x'"):
+    SelectSettings(pooled_prior='x')
+  with pytest.raises(ValueError, match='explore_rows=16 must be below'):
+    make(rows=16, explore_rows=16)
+  with pytest.raises(ValueError, match="pooled_prior='difficulty' needs"):
+    SelectAllocator(4, 16, SelectSettings(pooled_prior='difficulty'), strata=[None] * 4)
+
+
+def test_registered_and_built_from_the_default_config():
+  config = default_config.get_config('method=sgpo_select')
+  alloc = allocators.make_allocator(config, 64, strata=[1] * 64)
+  assert isinstance(alloc, SelectAllocator)
+  assert alloc.settings == SelectSettings()
