@@ -15,8 +15,13 @@ This module never names a method: allocators are plug-ins (`sgpo_jax/allocators/
 `eval_and_stop` -> `maybe_checkpoint`)* -> `finalize`, over one `RunState`.
 
 Determinism: the rollout RNG of step t is fold_in(seed, t); allocator state, FLOPs ledger,
-profile and initial eval are in the checkpoint; so a run killed anywhere and restarted
-with the same workdir continues with exactly the metrics an uninterrupted run writes.
+pool coverage, profile and initial eval are in the checkpoint; so a run killed anywhere and
+restarted with the same workdir continues with exactly the metrics an uninterrupted run writes.
+
+Pool coverage is the trainer's, not an allocator's: every query of the training pool that any
+generation call sampled (the profile, probe rounds, training rounds) is marked in
+`RunState.sampled_Q`; summary.json's `pool_coverage` says how much of the pool was never
+sampled, and each metrics row's `filled_share` how much of its batch was trained rows.
 """
 
 from __future__ import annotations
@@ -212,16 +217,30 @@ def allocate(su: Setup, profile: dict) -> allocators_lib.ProfileAllocation:
   return allocation
 
 
-def make_rollout_fn(su: Setup, params, step: int) -> allocators_lib.RolloutFn:
-  """The `RolloutFn` allocators fill step `step`'s batch with (see allocators/base.py)."""
+def make_rollout_fn(su: Setup, params, step: int,
+                    sampled_Q: np.ndarray | None = None) -> allocators_lib.RolloutFn:
+  """The `RolloutFn` allocators fill step `step`'s batch with (see allocators/base.py).
+  Every call, whatever its category, marks the queries of its valid rows in `sampled_Q`
+  (bool [num_train_queries], updated in place) when one is given."""
   step_rng = jax.random.fold_in(jax.random.fold_in(jax.random.key(su.config.seed),
                                                    ROLLOUT_STREAM), step)
 
   def rollout_fn(layout, round_index: int | None = None,
                  category: str = 'rollout') -> allocators_lib.Rollout:
     rng = step_rng if round_index is None else jax.random.fold_in(step_rng, round_index)
+    if sampled_Q is not None:
+      valid_R = np.asarray(layout.valid_R, bool)
+      sampled_Q[np.asarray(layout.row_query_index_R)[valid_R]] = True
     return rollout(su, params, layout, rng, category)
   return rollout_fn
+
+
+def pool_coverage(sampled_Q: np.ndarray) -> dict[str, Any]:
+  """summary.json's `pool_coverage`: the training pool's size, how many of its queries any
+  generation call sampled (profile and probes included), and the share never sampled."""
+  pool_size, sampled = int(sampled_Q.size), int(np.count_nonzero(sampled_Q))
+  return {'pool_size': pool_size, 'sampled': sampled,
+          'never_sampled_share': 1.0 - sampled / pool_size if pool_size else 0.0}
 
 
 def rollout(su: Setup, params, layout, rng, category: str = 'rollout') -> allocators_lib.Rollout:
@@ -306,6 +325,9 @@ class RunState:
   writer: metrics_lib.MetricsWriter | None = None
   stopper: Any = None
   p_hat_by_query: dict[int, float] | None = None
+  # bool [num_train_queries]: sampled by some generation call so far (None: not tracked,
+  # a resumed checkpoint written before coverage was kept)
+  sampled_Q: np.ndarray | None = None
   step: int = 0
   last_eval: dict = dataclasses.field(default_factory=dict)
   stop_reason: str | None = None
@@ -335,9 +357,17 @@ def restore_or_init(su: Setup, show_progress: bool = True) -> RunState:
     meta['wall_seconds_base'] = meta.get('wall_seconds', 0.0)
     logging.info('resumed from step %d in %s', latest, su.workdir)
   rs = RunState(learner, ckpt, train_state, ref_params, meta, latest, step=latest or 0)
+  if latest is None or 'sampled_query_index' in meta:
+    rs.sampled_Q = np.zeros(len(su.train_queries), bool)
+    rs.sampled_Q[np.asarray(meta.get('sampled_query_index', []), np.int64)] = True
+  else:
+    logging.warning('the checkpoint of step %d predates pool coverage: summary.json will '
+                    'have no pool_coverage', latest)
   if allocators_lib.allocator_class(config.method).needs_profile:
     rs.allocation = (allocate(su, meta['profile']) if 'profile' in meta
                      else run_profile(su, show_progress))
+    if rs.sampled_Q is not None:
+      rs.sampled_Q[rs.allocation.query_index[rs.allocation.n_samples > 0]] = True
     meta['profile'] = {'query_index': rs.allocation.query_index.tolist(),
                        'n_correct': rs.allocation.n_correct.tolist(),
                        'n_samples': rs.allocation.n_samples.tolist()}
@@ -386,7 +416,8 @@ def rl_step(su: Setup, rs: RunState) -> dict | None:
   rs.flops_before_step = su.ledger.total
   tokens_before = {c: su.ledger.tokens(c) for c in ('rollout', 'train')}
   params = rs.train_state['params']
-  filled = rs.allocator.fill_batch(make_rollout_fn(su, su.sampling_params(params), rs.step))
+  filled = rs.allocator.fill_batch(make_rollout_fn(su, su.sampling_params(params), rs.step,
+                                                   rs.sampled_Q))
   if filled is None:
     return None
   if not has_informative_group(filled.layout, filled.rollout.rewards_R):
@@ -447,6 +478,8 @@ def _metrics_row(su: Setup, rs: RunState, filled: allocators_lib.FilledBatch,
       'step': rs.step, 'phase': filled.phase,
       'reward_mean': float(rollout.rewards_R[valid].mean()) if valid.any() else 0.0,
       'padding_fraction': float(1.0 - valid.mean()),
+      # valid rows / rows_per_batch; an allocator's own filled_share (same meaning) wins
+      'filled_share': float(valid.mean()),
       'flops_total': su.ledger.total, 'flops_useful_total': su.ledger.useful_total,
       'tokens_per_second': completion_tokens / max(seconds, 1e-9),
       'n_prompts': int(layout.num_prompts),
@@ -508,6 +541,8 @@ def maybe_checkpoint(su: Setup, rs: RunState) -> None:
     rs.meta.update(step=step, allocator=rs.allocator.state_dict(),
                    flops=su.ledger.state_dict(), last_eval=rs.last_eval,
                    stop_reason=rs.stop_reason, wall_seconds=rs.wall_seconds())
+    if rs.sampled_Q is not None:
+      rs.meta['sampled_query_index'] = np.flatnonzero(rs.sampled_Q).tolist()
     rs.ckpt.save(step, rs.train_state, metrics_lib.to_jsonable(rs.meta))
 
 
@@ -541,6 +576,8 @@ def finalize(su: Setup, rs: RunState) -> dict:
       'stop_reason': rs.stop_reason,
       'environment': environment.describe(),
   }
+  if rs.sampled_Q is not None:
+    summary['pool_coverage'] = pool_coverage(rs.sampled_Q)
   if rs.allocation is not None:
     summary['profile'] = rs.allocation.summary()
   if hasattr(rs.allocator, 'summary'):  # an allocator's own diagnostics (sgpo_bayes)

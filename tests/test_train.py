@@ -352,3 +352,48 @@ def test_bound_early_stop_forecasts_from_the_shipped_set_and_stops_the_loop(tmp_
   reason = summary['stop_reason']
   assert reason.startswith('early stop at step 2: stop at step 2/8: checkpoint 0.25')
   assert 'grpo runs of' in reason  # no runs of its regime or config: the method's
+
+
+@pytest.mark.slow
+def test_pool_coverage_of_a_resumed_run_equals_the_uninterrupted_run(tmp_path, monkeypatch):
+  """Issue 53: the trainer marks every pool query a generation call sampled and checkpoints
+  the marks, so a run stopped at a checkpoint and continued reports the same coverage; each
+  metrics row's filled_share is its batch's valid-row share."""
+  monkeypatch.setattr(tasks, 'get_reward_fn', coin_flip_reward)
+
+  def config(num_steps):
+    c = tiny_run_config('grpo', num_steps=num_steps)
+    c.grpo.group_size = 4  # 16 rows: 4 prompts a step, 16 of the 96 in 4 steps
+    c.eval.every_steps = 100
+    return c
+
+  full = train.run(config(4), str(tmp_path / 'full'), show_progress=False)
+  assert full['pool_coverage'] == {'pool_size': 96, 'sampled': 16,
+                                   'never_sampled_share': pytest.approx(80 / 96)}
+  rows = [r for r in read_jsonl(str(tmp_path / 'full' / 'metrics.jsonl')) if 'reward_mean' in r]
+  assert [r['filled_share'] for r in rows] == [1.0 - r['padding_fraction'] for r in rows]
+  part = str(tmp_path / 'part')
+  train.run(config(2), part, show_progress=False)
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(part, 'checkpoints'))
+  assert len(ckpt.restore_meta(2)['sampled_query_index']) == 8
+  ckpt.close()
+  os.remove(os.path.join(part, 'summary.json'))
+  resumed = train.run(config(4), part, show_progress=False)
+  assert resumed['pool_coverage'] == full['pool_coverage']
+
+
+def test_rollout_fn_marks_the_valid_rows_queries_of_every_category(monkeypatch):
+  monkeypatch.setattr(train, 'rollout', lambda su, params, layout, rng, category: category)
+  su = types.SimpleNamespace(config=types.SimpleNamespace(seed=0))
+  sampled_Q = np.zeros(6, bool)
+  rollout_fn = train.make_rollout_fn(su, None, 3, sampled_Q)
+  layout = types.SimpleNamespace(row_query_index_R=np.array([4, 4, 1, 1, -1, -1]),
+                                 valid_R=np.array([1, 1, 1, 1, 0, 0], bool))
+  assert rollout_fn(layout, 0, 'profile') == 'profile'
+  np.testing.assert_array_equal(sampled_Q, [0, 1, 0, 0, 1, 0])
+  layout.row_query_index_R = np.array([2, 2, 0, 0, 0, 0])
+  layout.valid_R = np.array([1, 1, 0, 0, 0, 0], bool)
+  rollout_fn(layout)
+  np.testing.assert_array_equal(sampled_Q, [0, 1, 1, 0, 1, 0])
+  assert train.pool_coverage(sampled_Q) == {'pool_size': 6, 'sampled': 3,
+                                            'never_sampled_share': 0.5}
