@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from sgpo_jax.compare.diagnostics import run_wall_seconds, where_flops_go
 from sgpo_jax.config import defaults as default_config
 
 # The analysis grid: 0 and GRID_POINTS log-spaced points from budget/GRID_SPAN to the budget
@@ -207,6 +208,7 @@ def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = '
         a[key] = {'point': None, 'ci95': None, 'undefined_fraction': None}
     a['at_dapo_final'] = _at_target(grid, curves, arm, dapo_target, boot_dapo)
     a.update(batch_diagnostics(runs[arm]))
+    a['where_flops_go'] = where_flops_go(runs[arm])
     if s[0].get('profile'):
       a['profile'] = s[0]['profile']
     out_arms[arm] = a
@@ -299,21 +301,6 @@ def batch_diagnostics(workdirs: list[str]) -> dict[str, Any]:
   mean = lambda xs: float(np.nanmean(xs)) if xs else None  # noqa: E731
   return {'zero_variance_share': mean(zero), 'rounds_mean': mean(rounds),
           'greso_skip_share': mean(skip)}
-
-
-def run_wall_seconds(summary: dict[str, Any]) -> float:
-  """Wall seconds of the run's RL loop, profiling and evals included, summed over every
-  sitting of a resumed run (train.py checkpoints the running total).
-
-  The initial policy is built or loaded before that clock starts, so nothing is subtracted:
-  its `seconds` may come from another machine (a shipped warm start records the reference
-  machine's build time), which once made this negative.
-  """
-  seconds = float(summary['wall_seconds'])
-  if not seconds > 0:
-    raise ValueError(f"summary wall_seconds={seconds!r}: a finished run's wall clock must be "
-                     '> 0; rerun it (its workdir is incomplete or was edited).')
-  return seconds
 
 
 def _finite(x: float, nan: bool = False) -> float | None:

@@ -9,8 +9,14 @@ per step, the share of rolled-out groups with all-equal rewards (and, for sgpo_b
 share its posterior expected when planning them), the share of trained
 groups with all-equal rewards (what the learner got no signal from), padding, and for
 sgpo_bayes its allocator block (overflow groups and skipped refills per step, revisits and
-the share that came back), the share of steps padded to 3/4 or more, and epoch cuts
-(sgpo_bayes.epoch_cut). Reads each run's summary.json and metrics.jsonl only.
+the share that came back), the share of steps padded to 3/4 or more, epoch cuts
+(sgpo_bayes.epoch_cut), the share of the pool never sampled and the mean filled share of the
+batches. Reads each run's summary.json and metrics.jsonl only.
+
+`where_flops_go` gives compare.json's block of the same name per arm: wasted (all-equal)
+rolled-out groups, the pool never sampled, rounds per step and the filled share of batches,
+each a seed mean; a number the runs did not record (runs archived before the trainer kept
+pool coverage and filled_share) is None, printed n/a.
 """
 
 from __future__ import annotations
@@ -21,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from sgpo_jax.compare.analysis import run_wall_seconds
 from sgpo_jax.compare.arms import parse_seeds
 
 
@@ -32,12 +37,92 @@ def sparse_share(padding_fractions, threshold: float = 0.75) -> float:
   return float(np.mean(pad >= threshold)) if pad.size else float('nan')
 
 
-def run_diagnostics(workdir: str) -> dict[str, float]:
-  """One run's numbers (see the module docstring)."""
+def run_wall_seconds(summary: dict[str, Any]) -> float:
+  """Wall seconds of the run's RL loop, profiling and evals included, summed over every
+  sitting of a resumed run (train.py checkpoints the running total).
+
+  The initial policy is built or loaded before that clock starts, so nothing is subtracted:
+  its `seconds` may come from another machine (a shipped warm start records the reference
+  machine's build time), which once made this negative.
+  """
+  seconds = float(summary['wall_seconds'])
+  if not seconds > 0:
+    raise ValueError(f"summary wall_seconds={seconds!r}: a finished run's wall clock must be "
+                     '> 0; rerun it (its workdir is incomplete or was edited).')
+  return seconds
+
+
+def read_run(workdir: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+  """A finished run's summary.json and its step rows of metrics.jsonl (evals-only rows out)."""
   with open(os.path.join(workdir, 'summary.json')) as f:
     summary = json.load(f)
   with open(os.path.join(workdir, 'metrics.jsonl')) as f:
     rows = [r for r in map(json.loads, f) if 'reward_mean' in r]
+  return summary, rows
+
+
+def rolled_all_equal(summary: dict[str, Any], rows: list[dict[str, Any]]) -> float:
+  """Share of the rolled-out groups whose rewards were all equal: generation that taught
+  nothing. An allocator that counts its own groups (sgpo_bayes, sgpo_select; overflow
+  included) gives it; DAPO-style rounds count their dropped groups; single-round methods
+  train on every group, so it is the learner's frac_zero_std (a skipped step had no group
+  with reward spread: 1). NaN when the run recorded none of these."""
+  alloc = summary.get('allocator') or {}
+  if 'expected_informative_share' in alloc:
+    return 1.0 - alloc['informative_group_share']
+  if not rows:
+    return float('nan')
+  if 'dapo_dropped_groups' in rows[0]:
+    dropped = sum(r['dapo_dropped_groups'] for r in rows)
+    return dropped / max(dropped + sum(r['dapo_kept_groups'] for r in rows), 1)
+  return float(np.mean([r.get('frac_zero_std', 1.0 if r.get('skipped_step') else np.nan)
+                        for r in rows]))
+
+
+def filled_share(row: dict[str, Any]) -> float:
+  """Trained (valid) rows / rows_per_batch of one step's batch: the logged filled_share, or
+  1 - padding_fraction for runs logged before it; NaN when neither is there."""
+  if 'filled_share' in row:
+    return float(row['filled_share'])
+  return 1.0 - row['padding_fraction'] if 'padding_fraction' in row else float('nan')
+
+
+def _mean(values) -> float:
+  """Mean of the finite values; NaN when there are none."""
+  finite = [float(v) for v in values if np.isfinite(v)]
+  return float(np.mean(finite)) if finite else float('nan')
+
+
+def flops_breakdown(summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, float]:
+  """Where one run's FLOPs went, NaN where the run did not record it: the all-equal share
+  of its rolled-out groups (wasted), the share of its pool never sampled (summary.json's
+  pool_coverage), generation rounds per step (probe rounds included) and training rounds,
+  and the mean filled share of its batches."""
+  coverage = summary.get('pool_coverage') or {}
+  return {
+      'all_equal_share': rolled_all_equal(summary, rows),
+      'never_sampled_share': float(coverage.get('never_sampled_share', np.nan)),
+      'rounds_per_step': _mean([r.get('rounds', 1) for r in rows]),
+      'train_rounds_per_step': _mean([r.get('train_rounds', r.get('rounds', 1)) for r in rows]),
+      'filled_share': _mean([filled_share(r) for r in rows]),
+  }
+
+
+def where_flops_go(workdirs: list[str]) -> dict[str, float | None]:
+  """compare.json's `where_flops_go` of one arm: each `flops_breakdown` number averaged over
+  the seeds that recorded it; None where none did."""
+  runs = [flops_breakdown(*read_run(w)) for w in workdirs]
+  out: dict[str, float | None] = {}
+  for key in ('all_equal_share', 'never_sampled_share', 'rounds_per_step',
+              'train_rounds_per_step', 'filled_share'):
+    mean = _mean([r[key] for r in runs])
+    out[key] = mean if np.isfinite(mean) else None
+  return out
+
+
+def run_diagnostics(workdir: str) -> dict[str, float]:
+  """One run's numbers (see the module docstring)."""
+  summary, rows = read_run(workdir)
   flops = summary['flops']
   spent = flops['total']
   # Archived runs (studies/.../archive_runs.py before it kept the field) lack padding: blank.
@@ -56,18 +141,15 @@ def run_diagnostics(workdir: str) -> dict[str, float]:
       'steps': float(len(rows)),
       'wall_s': run_wall_seconds(summary),
   }
-  if 'dapo_dropped_groups' in rows[0]:
-    dropped = sum(r['dapo_dropped_groups'] for r in rows)
-    out['rolled_all_equal'] = dropped / max(dropped + sum(r['dapo_kept_groups'] for r in rows),
-                                            1)
-  else:
-    out['rolled_all_equal'] = out['trained_all_equal']
+  breakdown = flops_breakdown(summary, rows)
+  out['rolled_all_equal'] = breakdown['all_equal_share']
+  out['never_sampled_share'] = breakdown['never_sampled_share']
+  out['filled_share'] = breakdown['filled_share']
   alloc = summary.get('allocator') or {}
   if 'overflow_groups' in alloc:
     out['overflow_per_step'] = alloc['overflow_groups'] / len(rows)
     out['refills_skipped_per_step'] = alloc.get('refills_skipped', 0) / len(rows)
   if 'expected_informative_share' in alloc:  # the posterior's calibration, same groups
-    out['rolled_all_equal'] = 1.0 - alloc['informative_group_share']  # overflow included
     out['expected_all_equal'] = 1.0 - alloc['expected_informative_share']
   if 'epoch_cuts' in alloc:
     out['epoch_cuts'] = float(alloc['epoch_cuts'])
@@ -85,12 +167,17 @@ COLUMNS = [('final_acc', 'final acc %', '{:.1f}'), ('profile_share', 'profile FL
            ('expected_all_equal', 'all-equal expected', '{:.1%}'),
            ('trained_all_equal', 'all-equal trained on', '{:.1%}'),
            ('padding', 'padding', '{:.1%}'),
+           ('never_sampled_share', 'pool never sampled', '{:.1%}'),
+           ('filled_share', 'filled share', '{:.1%}'),
            ('sparse_steps', 'steps >= 3/4 padding', '{:.1%}'), ('steps', 'steps', '{:.0f}'),
            ('overflow_per_step', 'overflow groups/step', '{:.2f}'),
            ('refills_skipped_per_step', 'refills skipped/step', '{:.2f}'),
            ('epoch_cuts', 'epoch cuts', '{:.0f}'), ('revisits', 'revisits', '{:.0f}'),
            ('revisit_back_share', 'revisits back', '{:.1%}'),
            ('wall_s', 'wall s', '{:.0f}')]
+# Columns whose missing value is a run that predates the field (n/a), not one where the
+# number does not apply (blank).
+NOT_RECORDED = ('never_sampled_share', 'filled_share')
 
 
 def table(per_arm: dict[str, list[dict[str, float]]]) -> str:
@@ -100,7 +187,8 @@ def table(per_arm: dict[str, list[dict[str, float]]]) -> str:
     cells = []
     for key, _, fmt in COLUMNS:
       values = [r[key] for r in runs if key in r and np.isfinite(r[key])]
-      cells.append(fmt.format(float(np.mean(values))) if values else '')
+      cells.append(fmt.format(float(np.mean(values))) if values
+                   else 'n/a' if key in NOT_RECORDED else '')
     lines.append(f'| {arm} | {len(runs)} | ' + ' | '.join(cells) + ' |')
   return '\n'.join(lines)
 

@@ -1,5 +1,6 @@
 """The comparison's report: compare.json, compare.md (rendered from it) and one plot of the
-seed-mean accuracy curves per regime."""
+seed-mean accuracy curves per regime. Each regime's section ends with where the FLOPs went
+per arm (`where_flops_table`, from compare.json's `where_flops_go`)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,25 @@ def _ci(ci: list | None, fmt) -> str:
 
 def _x(v: float | None) -> str:
   return 'n/a' if v is None else f'{v:.2f}x'
+
+
+def where_flops_table(arms: dict[str, dict[str, Any]]) -> list[str]:
+  """One regime's "Where the FLOPs go" lines: per arm, the seed means of compare.json's
+  `where_flops_go` block; n/a where no seed recorded the number (older runs)."""
+  lines = ['Where the FLOPs go (seed means; n/a: not recorded by these runs):', '',
+           '| arm | all-equal groups rolled out (wasted) % | pool never sampled % | '
+           'generation rounds/step (training) | filled share of batches % |',
+           '|---|---|---|---|---|']
+  for arm, a in arms.items():
+    w = a.get('where_flops_go') or {}
+    rounds, train = w.get('rounds_per_step'), w.get('train_rounds_per_step')
+    rounds_cell = 'n/a' if rounds is None else f'{rounds:.2f}'
+    if rounds is not None and train is not None and abs(train - rounds) > 1e-9:
+      rounds_cell += f' ({train:.2f})'
+    lines.append(f"| {arm} | {_pct(w.get('all_equal_share'))} | "
+                 f"{_pct(w.get('never_sampled_share'))} | {rounds_cell} | "
+                 f"{_pct(w.get('filled_share'))} |")
+  return lines
 
 
 def render(results: dict[str, Any]) -> str:
@@ -163,6 +183,7 @@ def render(results: dict[str, Any]) -> str:
       diag.append(d)
     lines += ['', 'All-equal-reward groups among those rolled out (trained on by GRPO, sGPO and '
               'Knapsack; dropped and refilled by DAPO and GRESO): ' + '; '.join(diag) + '.']
+    lines += [''] + where_flops_table(block['arms'])
     lines += ['', 'Arms: ' + '; '.join(f'`{a}` = {ARM_NOTES.get(a, a)}'
                                        for a in block['arms']) + '.', '',
               f'![{name}](plots/compare_{name}.png)', '']

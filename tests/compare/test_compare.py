@@ -411,6 +411,66 @@ def test_bayes_diagnostics_on_a_hand_made_run(tmp_path):
                    'sgpo_bayes', '--seeds', '0', '--out', str(out)]) == 0
   assert '| sgpo_bayes | 1 | 70.0 | 10.0% | 30.0% | 60.0% | 2.50 | 2.00 | 33.3% |' \
       in out.read_text()
+  # Archived before pool coverage and filled_share: n/a, and 1 - padding for the latter.
+  assert np.isnan(d['never_sampled_share']) and d['filled_share'] == 0.875
+  assert '| 12.5% | n/a | 87.5% | 0.0% |' in out.read_text()
+
+
+def test_where_the_flops_go_on_hand_made_runs_and_old_runs_read_n_a(tmp_path):
+  """Issue 53: wasted (all-equal) groups, pool never sampled, rounds per step and filled
+  share, per run and as seed means in compare.json; runs from before the trainer kept pool
+  coverage and filled_share give n/a (or 1 - padding), never an error."""
+  from sgpo_jax.compare import diagnostics as diagnostics_lib
+  from sgpo_jax.compare import report
+  new = {'pool_coverage': {'pool_size': 10, 'sampled': 4, 'never_sampled_share': 0.6}}
+  new_rows = [{'reward_mean': 0.5, 'rounds': 1, 'frac_zero_std': 0.25, 'filled_share': 1.0},
+              {'reward_mean': 0.5, 'rounds': 3, 'train_rounds': 2, 'frac_zero_std': 0.75,
+               'filled_share': 0.5},
+              # A skipped step: no group had reward spread, so all of them were wasted.
+              {'reward_mean': 0.0, 'rounds': 2, 'skipped_step': 1, 'filled_share': 0.75}]
+  d = diagnostics_lib.flops_breakdown(new, new_rows)
+  assert d == {'all_equal_share': pytest.approx(2 / 3), 'never_sampled_share': 0.6,
+               'rounds_per_step': 2.0, 'train_rounds_per_step': pytest.approx(5 / 3),
+               'filled_share': 0.75}
+  # An allocator's own count of its rolled-out groups wins (sgpo_bayes, sgpo_select).
+  select = dict(new, allocator={'informative_group_share': 0.8,
+                                'expected_informative_share': 0.7})
+  assert diagnostics_lib.flops_breakdown(select, new_rows)['all_equal_share'] == \
+      pytest.approx(0.2)
+  # Before filled_share: 1 - padding; before padding_fraction too, or no pool_coverage: NaN.
+  old_rows = [{'reward_mean': 0.5, 'padding_fraction': 0.25, 'frac_zero_std': 0.5}]
+  old = diagnostics_lib.flops_breakdown({}, old_rows)
+  assert old['filled_share'] == 0.75 and np.isnan(old['never_sampled_share'])
+  assert old['rounds_per_step'] == 1.0 and old['all_equal_share'] == 0.5
+  assert np.isnan(diagnostics_lib.flops_breakdown({}, [{'reward_mean': 0.5}])['filled_share'])
+  # compare.json's block: seed means over the seeds that recorded each number.
+  xs = np.linspace(0, 100, 11)
+  runs = {'grpo': [], 'dapo': []}
+  for arm in runs:
+    for s in range(2):
+      path = str(tmp_path / f'{arm}_seed{s}')
+      _fake_run(path, s, xs, 0.2 + 0.005 * xs, method=arm)
+      runs[arm].append(path)
+  with open(os.path.join(runs['grpo'][0], 'metrics.jsonl'), 'a') as f:
+    f.write(''.join(json.dumps(r) + '\n' for r in new_rows))
+  with open(os.path.join(runs['grpo'][0], 'summary.json')) as f:
+    summary = json.load(f)
+  with open(os.path.join(runs['grpo'][0], 'summary.json'), 'w') as f:
+    json.dump(dict(summary, **new), f)
+  with open(os.path.join(runs['grpo'][1], 'metrics.jsonl'), 'a') as f:
+    f.write(''.join(json.dumps(r) + '\n' for r in old_rows))
+  out = analysis.analyse_regime(runs, 100.0, num_bootstrap=20)
+  grpo, dapo = out['arms']['grpo']['where_flops_go'], out['arms']['dapo']['where_flops_go']
+  assert grpo == {'all_equal_share': pytest.approx((2 / 3 + 0.5) / 2),
+                  'never_sampled_share': 0.6, 'rounds_per_step': 1.5,
+                  'train_rounds_per_step': pytest.approx((5 / 3 + 1) / 2),
+                  'filled_share': 0.75}
+  assert dapo == dict.fromkeys(grpo)  # no step rows at all: every number n/a
+  assert 'zero_variance_share' in out['arms']['grpo']  # the existing fields stay
+  json.dumps(out)
+  lines = report.where_flops_table(out['arms'])
+  assert '| grpo | 58.3 | 60.0 | 1.50 (1.33) | 75.0 |' in lines
+  assert '| dapo | n/a | n/a | n/a | n/a |' in lines
 
 
 def test_a_run_locked_by_another_sweep_process_is_skipped_not_rerun(tmp_path):

@@ -23,11 +23,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ARCHIVE = os.path.join(HERE, 'archive.tar.xz')
 FILES = ('config.json', 'metrics.jsonl', 'summary.json')
 # What sgpo_jax.compare.analysis (read_curve, batch_diagnostics) and .diagnostics read from
-# metrics.jsonl. The 140 headline runs were archived before padding_fraction and train_rounds
-# were kept, so their diagnostics from the archive leave the padding columns blank.
+# metrics.jsonl. The 140 headline runs were archived before padding_fraction, train_rounds and
+# filled_share were kept, so their diagnostics from the archive leave the padding columns
+# blank and their filled share n/a (summary.json, kept whole, has no pool_coverage either).
 METRIC_KEYS = ('step', 'flops_total', 'eval_accuracy', 'reward_mean', 'rounds', 'train_rounds',
                'dapo_dropped_groups', 'dapo_kept_groups', 'frac_zero_std', 'greso_skipped',
-               'padding_fraction')
+               'padding_fraction', 'filled_share', 'skipped_step')
 
 
 def _finished(root: str):
