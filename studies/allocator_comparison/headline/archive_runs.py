@@ -4,8 +4,11 @@ batch diagnostics) from RUNS to archive.tar.xz beside this file; `restore` write
 RUNS (runs already there are left alone), so `python -m sgpo_jax.compare run` skips those runs
 and its report covers them.
 
-  python studies/allocator_comparison/headline/archive_runs.py save RUNS
-  python studies/allocator_comparison/headline/archive_runs.py restore RUNS
+  python studies/allocator_comparison/headline/archive_runs.py save RUNS [ARCHIVE]
+  python studies/allocator_comparison/headline/archive_runs.py restore RUNS [ARCHIVE]
+
+ARCHIVE (default: archive.tar.xz beside this file) lets another study keep its own archive
+with the same format (studies/allocator_comparison/select/ does).
 
 The archive holds `<regime>/<arm>_seed<s>/{config.json,metrics.jsonl,summary.json}`, written
 in sorted order with fixed metadata, so the same runs always give the same bytes.
@@ -70,8 +73,8 @@ def _metrics_rows(path: str) -> bytes:
   return ''.join(out).encode()
 
 
-def save(runs_dir: str) -> int:
-  files = read_archive()
+def save(runs_dir: str, archive: str = ARCHIVE) -> int:
+  files = read_archive(archive)
   n = 0
   for regime, name, run in _finished(runs_dir):
     key = f'{regime}/{name}'
@@ -83,12 +86,12 @@ def save(runs_dir: str) -> int:
     files[f'{key}/metrics.jsonl'] = _metrics_rows(os.path.join(run, 'metrics.jsonl'))
     n += 1
   if n:
-    write_archive(files)
+    write_archive(files, archive)
   return n
 
 
-def restore(runs_dir: str) -> int:
-  files = read_archive()
+def restore(runs_dir: str, archive: str = ARCHIVE) -> int:
+  files = read_archive(archive)
   runs = sorted({name.rsplit('/', 1)[0] for name in files
                  if name.endswith('/summary.json')})
   n = 0
@@ -105,7 +108,7 @@ def restore(runs_dir: str) -> int:
 
 
 if __name__ == '__main__':
-  if len(sys.argv) != 3 or sys.argv[1] not in ('save', 'restore'):
+  if len(sys.argv) not in (3, 4) or sys.argv[1] not in ('save', 'restore'):
     sys.exit(__doc__)
-  count = {'save': save, 'restore': restore}[sys.argv[1]](sys.argv[2])
+  count = {'save': save, 'restore': restore}[sys.argv[1]](*sys.argv[2:])
   print(f'{sys.argv[1]}: {count} runs')
