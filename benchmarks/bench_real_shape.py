@@ -4,6 +4,7 @@ depth, decode and train throughput; this tree against an earlier commit, in one 
     python benchmarks/bench_real_shape.py                       # this tree vs commit 09e509c
     python benchmarks/bench_real_shape.py --baseline_ref ''     # this tree only
     python benchmarks/bench_real_shape.py --quick               # smaller shapes, minutes
+    python benchmarks/bench_real_shape.py --out benchmarks/results/bench_real_shape.json
 
 Widths are Qwen3-0.6B's (d 1024, 16 query heads and 8 KV heads of 128, MLP 3072, QK-norm,
 vocab 151936); layers and rows are scaled down so it runs on a small CPU machine. Each side
@@ -257,15 +258,22 @@ def main():
   parser.add_argument('--run_rows', type=int, default=8)
   parser.add_argument('--new_tokens', type=int, default=64)
   parser.add_argument('--quick', action='store_true')
+  parser.add_argument('--out', default='',
+                      help='also write the last line, with the commit and the load average '
+                           'before and after, to this results file')
   args = parser.parse_args()
   if args.quick:
     args.mem_rows, args.run_rows, args.new_tokens = 2, 4, 16
   if args.measure:
     print(json.dumps(measure(args)))
     return
+  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+  import provenance
+  load_before = provenance.load_average()
   ours = _run_side(REPO, args)
   print(json.dumps({'side': 'ours', **ours}), flush=True)
-  result = {'ours': ours}
+  result = {'ours': ours, 'commit': provenance.git_commit(), 'load_average_before': load_before,
+            'args': vars(args)}
   if args.baseline_ref:
     with tempfile.TemporaryDirectory() as tmp:
       tree = os.path.join(tmp, 'baseline')
@@ -285,7 +293,12 @@ def main():
     result['ratio']['compile_s_28_over_4'] = {
         k: ours['compile_s_28_over_4'][k] / base['compile_s_28_over_4'][k]
         for k in ours['compile_s_28_over_4']}
+  result['load_average_after'] = provenance.load_average()
   print(json.dumps(result))
+  if args.out:
+    with open(args.out, 'w') as fh:
+      json.dump(result, fh, indent=1)
+      fh.write('\n')
 
 
 if __name__ == '__main__':

@@ -34,6 +34,9 @@ import time
 import zlib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import provenance  # noqa: E402  (stdlib only: imports in both venvs)
+
 SHAPES = {'fixed': (12, 32), 'long': (64, 256)}
 VOCAB, PROMPTS, SAMPLES = 512, 8, 8
 PAD, BOS, EOS = 0, 1, 2
@@ -226,6 +229,7 @@ def main(argv=None) -> list[dict]:
   for shape in args.shapes.split(','):
     if shape not in SHAPES:
       raise SystemExit(f'unknown shape {shape!r}; use {sorted(SHAPES)}')
+    load_before = os.getloadavg()
     ours = {}
     for variant in args.variants.split(','):
       # 'static', 'continuous+packed', 'continuous@64+packed' (@N: N decode slots)
@@ -235,7 +239,9 @@ def main(argv=None) -> list[dict]:
                                packing=variant.endswith('packed'), slots=slots)
     theirs = run_side(args.tunix_python, 'tunix', shape, args)
     row = {'shape': shape, 'prompt_len': SHAPES[shape][0], 'new_tokens': SHAPES[shape][1],
-           'sgpo': ours, 'tunix': theirs, 'load_average': os.getloadavg()[0]}
+           'sgpo': ours, 'tunix': theirs, 'load_average': os.getloadavg()[0],
+           'load_average_before': load_before, 'load_average_after': os.getloadavg(),
+           'commit': provenance.git_commit()}
     for variant, result in ours.items():
       if 'error' not in result and 'error' not in theirs:
         row[f'speedup_vs_tunix[{variant}]'] = (theirs['seconds_per_rl_step'] /

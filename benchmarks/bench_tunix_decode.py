@@ -41,7 +41,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QWEN3_0_6B = dict(vocab=151936, d=1024, heads=16, kv_heads=8, head_dim=128, mlp=3072,
                   rope_theta=1_000_000, eps=1e-6)
 # The RL-step benchmark's word tokenizer and special ids (stdlib only: imports in both venvs).
-from bench_tunix import BOS, EOS, PAD, WordTokenizer  # noqa: E402,F401
+from bench_tunix import BOS, EOS, PAD, WordTokenizer, provenance  # noqa: E402,F401
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -176,7 +176,7 @@ def main(argv=None) -> dict:
   theirs = run_side(args.tunix_python, 'tunix', args)
   row = {'model': 'qwen3-0.6B widths', 'layers': args.layers, 'rows': args.rows,
          'prompt_len': args.prompt_len, 'new_tokens': args.new_tokens, 'dtype': 'float32',
-         'sgpo': ours, 'tunix': theirs}
+         'sgpo': ours, 'tunix': theirs, 'commit': provenance.git_commit()}
   for draw, result in ours.items():
     if 'error' not in result and 'error' not in theirs:
       row[f'decode_speedup_vs_tunix[{draw}]'] = (result['decode_tokens_per_s'] /

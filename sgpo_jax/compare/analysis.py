@@ -117,6 +117,29 @@ def bootstrap_flops(grid: np.ndarray, curves: dict[str, np.ndarray],
   and every arm's FLOPs to that target on its resampled seed-mean curve.
 
   Returns {'target': [num], 'flops': {arm: [num]}}.
+
+  Why not `scipy.stats.bootstrap` (checked against scipy 1.17): it could draw the same
+  resamples (several samples of different sizes, each resampled along its seed axis, one
+  vector-valued statistic over every arm), but it could not make the intervals this module
+  reports, so it would only replace the three lines that draw indices:
+  - Its interval is `scipy.stats.quantile(replicates, method='linear')` over every
+    replicate. Here a replicate's statistic is legitimately +inf (FLOPs to a target the
+    resampled curve never reaches; a ratio where only the arm reaches it) or NaN (neither
+    reaches: undefined). `interval` drops the NaN replicates and reports their share
+    (`undefined_fraction`, `reached_fraction`), and takes `inverted_cdf` quantiles so an end
+    is an actual replicate: an 'inf' end means more than 2.5% of the defined replicates are
+    infinite. Under scipy one NaN makes the whole interval NaN, linear interpolation next to
+    +inf returns inf or NaN, and its 'BCa' (the default) and 'basic' methods are undefined
+    with infinite replicates.
+  - The resample is joint and moves the target: one replicate draws every arm's seeds once,
+    the target is the resampled reference arm's mean final accuracy, and every arm's FLOPs to
+    that same target come from that same draw (ratio replicates pair them). In scipy that is
+    one statistic returning every arm's FLOPs, whose `bootstrap_distribution` would then go
+    through `interval` anyway.
+  - The committed compare.json files (and the README's headline block, rendered from them)
+    hold intervals from this generator's stream (`default_rng(seed)`, seeds 0, 1, 2). A
+    different draw or quantile rule moves every interval end by resampling noise with
+    nothing gained; `tests/compare/test_compare.py` pins the conventions above.
   """
   rng = np.random.default_rng(seed)
   arms = list(curves)

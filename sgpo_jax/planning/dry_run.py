@@ -10,6 +10,12 @@ when one will not fit. Input paths (model.hf_path, tokenizer.path, data) are che
 listed (`data/inputs.py`), without stopping the dry run. The analytic table below stays as
 the breakdown (what is params, optimizer, KV cache, activations), not the verdict.
 
+Two views, labelled as such wherever they are shown: the printed table heads the formulas'
+block "analytic bytes per device" and the compiler's "compiled peak per device, the verdict";
+they differ by design (the analytic activations are an order-of-magnitude estimate, the
+compiled temp buffers are XLA's, of the present backend's compiler). A figure quoted
+elsewhere names its view (`benchmarks/dry_run_record.py` keeps both in one results file).
+
 Owns `dry_run(config) -> dict` (and its printed table): parameter counts, bytes per device
 for parameters, gradients, AdamW state, the sampler's KV cache and train-step activations,
 and the FLOPs of one RL step. Nothing is allocated: the model is built with
@@ -282,7 +288,8 @@ def format_table(result: dict[str, Any]) -> str:
           ' (LoRA adapters)' if m['trainable'] != m['params_total'] else ''),
       (f"  batch        {shapes['rows_per_batch']} rows x {shapes['seq_len']} tokens, "
        f"{shapes['micro_batch_rows_per_device']} rows per device per micro-batch"),
-      '  bytes per device',
+      ('  analytic bytes per device (formulas, no compiler: the breakdown'
+       + ('; the verdict is the compiled peak below)' if result.get('compiled') else ')')),
   ]
   for key in ('params', 'grads', 'optimizer', 'kv_cache', 'activations', 'peak_train',
               'peak_sample', 'peak'):
@@ -311,8 +318,9 @@ def format_compiled(result: dict[str, Any]) -> list[str]:
   if result.get('compile_skipped'):
     return [f"  compiled     skipped: {result['compile_skipped']}"]
   dev = result['device']
-  lines = [f"  compiled on {dev['backend']} (the run's jitted programs, abstract inputs); per "
-           f"device vs {_gib(dev['usable_bytes']).strip()} usable on {dev['name']}",
+  lines = [f"  compiled peak per device, the verdict (XLA:{dev['backend'].upper()}, the run's "
+           f"jitted programs, abstract inputs) vs {_gib(dev['usable_bytes']).strip()} usable on "
+           f"{dev['name']}",
            f"    {'program':11s} {'args':>10s} {'outputs':>10s} {'temp':>10s} {'aliased':>10s} "
            f"{'resident':>10s} {'peak':>10s}  fits"]
   for name, m in result['compiled'].items():

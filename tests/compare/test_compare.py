@@ -243,6 +243,14 @@ def test_interval_is_infinite_when_the_arm_often_misses():
   assert analysis.interval(np.array([np.nan, np.nan])) is None
 
 
+def test_interval_ends_are_replicates_and_undefined_replicates_are_dropped():
+  # Why the resampler is not scipy.stats.bootstrap (bootstrap_flops's docstring): its linear
+  # quantile would put this upper end at 2.525, and one NaN replicate would make it NaN.
+  samples = np.array([1.0] * 96 + [2.0, 3.0, np.inf, np.inf])
+  assert analysis.interval(samples) == [1.0, 3.0]
+  assert analysis.interval(np.append(samples, [np.nan] * 5)) == [1.0, 3.0]
+
+
 def test_auc_is_mean_accuracy_over_the_budget():
   grid = np.linspace(0, 4, 5)
   assert analysis.auc(grid, np.array([0.0, .25, .5, .75, 1.0])) == pytest.approx(0.5)

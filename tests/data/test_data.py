@@ -94,6 +94,16 @@ def test_fields_renamed_numbers_converted_and_generated_ids(tmp_path):
                                                  ('train-3', '3')]
 
 
+def test_jsonl_answers_are_kept_as_written_in_a_mixed_column(tmp_path):
+  # Why the JSONL reader is not datasets' json builder (loading.py's docstring): that one
+  # infers one type for the column and returns '2.50' as 2.5 and '007' as 7.
+  rows = [{'id': 'a', 'prompt': 'p?', 'answer': '2.50'}, {'id': 'b', 'prompt': 'q?', 'answer': 7},
+          {'id': 'c', 'prompt': 'r?', 'answer': '007'}]
+  _write_jsonl(tmp_path / 'train.jsonl', rows)
+  queries = load_queries(_data_config('jsonl', tmp_path), 'train')
+  assert [q.answer for q in queries] == ['2.50', '7', '007']
+
+
 BAD_ROWS = [
     ('missing_field', {'id': 'x', 'prompt': 'p'}, "missing field 'answer'"),
     ('empty_prompt', {'id': 'x', 'prompt': '  ', 'answer': '1'}, "prompt field 'prompt' is empty"),

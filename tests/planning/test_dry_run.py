@@ -55,7 +55,8 @@ def test_qwen_1_5b_gsm8k_dry_run_table(capsys):
   c = load_config('qwen2_5_math_1_5b_gsm8k')
   result = dry_run.dry_run(c)
   table = capsys.readouterr().out
-  for row in ('params', 'optimizer', 'kv_cache', 'activations', 'FLOPs per RL step', 'GiB'):
+  for row in ('params', 'optimizer', 'kv_cache', 'activations', 'FLOPs per RL step', 'GiB',
+              'analytic bytes per device'):
     assert row in table
   model = result['model']
   assert model['params_total'] == QWEN_1_5B_PARAMS
@@ -336,7 +337,12 @@ def test_does_not_fit_raises_with_concrete_advice(tiny_result, monkeypatch, caps
   assert 'train_step: peak' in str(err.value)
   assert 'set train.micro_batches >= 2 (now 1; 8 rows per micro-batch)' in str(err.value)
   assert 'model.remat=True' in str(err.value)
-  assert 'NO' in capsys.readouterr().out  # the table is printed before the error
+  out = capsys.readouterr().out
+  assert 'NO' in out  # the table is printed before the error
+  # The two memory views are labelled: the formulas' breakdown and the compiled verdict.
+  assert 'analytic bytes per device (formulas, no compiler: the breakdown; the verdict is ' \
+      'the compiled peak below)' in out
+  assert 'compiled peak per device, the verdict (XLA:CPU' in out
 
 
 def test_advice_by_hand():
