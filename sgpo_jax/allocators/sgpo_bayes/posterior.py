@@ -1,5 +1,8 @@
 """The math of `method=sgpo_bayes`: a Beta posterior per prompt -> profile stops, G, revisits.
 
+The Beta math it shares with `sgpo_select` (expected powers, P_inf, the pooled prior) lives
+in `allocators/beta.py` and is re-exported here.
+
 Pure numpy functions, pinned by hand-computed tests (tests/allocators/test_bayes.py); the allocator
 that iterates them over a run is `allocator.BayesAllocator`.
 
@@ -29,13 +32,16 @@ from collections.abc import Sequence
 import numpy as np
 
 from sgpo_jax.allocators.beta import (  # noqa: F401  (re-exported: the posterior math)
-  _as_float,
   check_beta,
   expected_power,
   informative_probability,
   pooled_prior,
 )
 from sgpo_jax.allocators.dynamic_sampling import refill_lowers_cost  # noqa: F401
+
+
+def _as_float(x) -> np.ndarray:
+  return np.asarray(x, dtype=np.float64)
 
 
 def group_value(a, b, group_size: int, signal_exponent: float = 0.0) -> np.ndarray:
