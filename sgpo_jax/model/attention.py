@@ -187,8 +187,9 @@ def _chunked(q_BxTxKxGxE, k_BxSxKxE, v_BxSxKxE, q_slot_BxT, kv_valid_BxS, seg_q_
     c = q_BxCxKxGxE.shape[1]
     init = (jnp.full((b, kh, g, c), -jnp.inf, jnp.float32), jnp.zeros((b, kh, g, c), jnp.float32),
             jnp.zeros((b, kh, g, c, e), jnp.float32))
-    (_, l, acc), _ = jax.lax.scan(step, init, (k_c, v_c, valid_c, slot_c, seg_k_c))
-    out_BxKxGxCxE = acc / l[..., None]
+    (_, l_BxKxGxC, acc_BxKxGxCxE), _ = jax.lax.scan(step, init,
+                                                   (k_c, v_c, valid_c, slot_c, seg_k_c))
+    out_BxKxGxCxE = acc_BxKxGxCxE / l_BxKxGxC[..., None]
     return jnp.transpose(out_BxKxGxCxE, (0, 3, 1, 2, 4)).astype(q_BxTxKxGxE.dtype)
 
   q_c = to_chunks(q, nq, q_chunk)
