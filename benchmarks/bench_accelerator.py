@@ -133,7 +133,7 @@ def main(argv=None) -> dict:
   train_flops = R * (T - 1) * flops.train_flops_per_token(train_cfg, T - 1)
   result.update(train_step_seconds=step_s, train_tokens_per_second=R * (T - 1) / step_s,
                 train_tflops=train_flops / step_s / 1e12, train_mfu=train_flops / step_s / peak)
-  del state, holder, learner, params
+  state = holder = learner = params = None  # free the train step's buffers before decode
 
   # ---------------------------------------------------------------- decode vs HBM roofline
   dec_cfg = model_lib.ModelConfig(param_dtype='bfloat16', **fields)

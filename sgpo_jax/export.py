@@ -20,6 +20,7 @@ import os
 
 import ml_collections
 
+from sgpo_jax.model import hf as hf_lib
 from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.outputs import checkpoint as checkpoint_lib
@@ -57,7 +58,7 @@ def special_token_ids(tokenizer_dir: str) -> dict[str, int]:
   """bos / eos / pad ids of the run's HF tokenizer (those it has), for config.json and
   generation_config.json: without them transformers' `generate` never stops at the chat
   model's end-of-turn token."""
-  from transformers import AutoTokenizer
+  from transformers import AutoTokenizer  # deferred: heavy; only an HF tokenizer needs it
   tok = AutoTokenizer.from_pretrained(tokenizer_dir)
   ids = {f'{name}_token_id': getattr(tok, f'{name}_token_id')
          for name in ('bos', 'eos', 'pad')}
@@ -68,7 +69,6 @@ def special_token_ids(tokenizer_dir: str) -> dict[str, int]:
 
 def export_run(workdir: str, out_dir: str, step: int | None = None, peft_out: str | None = None,
                **kwargs) -> list[str]:
-  from sgpo_jax.model import hf
   params, cfg, _ = load_policy(workdir, step)
   if lora_lib.enabled(cfg):
     if peft_out:
@@ -80,9 +80,9 @@ def export_run(workdir: str, out_dir: str, step: int | None = None, peft_out: st
   tokenizer_dir = os.path.join(workdir, 'tokenizer')
   has_hf_tokenizer = os.path.exists(os.path.join(tokenizer_dir, 'tokenizer_config.json'))
   token_ids = special_token_ids(tokenizer_dir) if has_hf_tokenizer else {}
-  files = hf.save_hf_checkpoint(params, cfg, out_dir,
-                                tokenizer_dir=tokenizer_dir if has_hf_tokenizer else None,
-                                config_overrides=token_ids, **kwargs)
+  files = hf_lib.save_hf_checkpoint(params, cfg, out_dir,
+                                    tokenizer_dir=tokenizer_dir if has_hf_tokenizer else None,
+                                    config_overrides=token_ids, **kwargs)
   if token_ids:
     path = os.path.join(out_dir, 'generation_config.json')
     with open(path, 'w') as f:

@@ -25,9 +25,10 @@ import signal
 import sys
 
 from absl import app, flags
+from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from sgpo_jax import errors
+from sgpo_jax import configs, errors
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
@@ -116,7 +117,6 @@ def _config_arg(argv) -> str | None:
 
 def resolve_config_arg(argv: list[str]) -> list[str]:
   """argv with every --config NAME[:ARGS] (a shipped config) replaced by its file's path."""
-  from sgpo_jax import configs
   out = list(argv)
   for i, arg in enumerate(out):
     if arg.startswith('--config='):
@@ -148,11 +148,13 @@ def run(argv) -> None:
   if len(argv) > 1:
     raise errors.ConfigError(f'unexpected arguments {argv[1:]}; flags need a leading --.')
   config = load_config()
+  # deferred: jax and the trainer (seconds to import) load once the flags and the config
+  # are read, so --help and a usage error answer at once.
   from sgpo_jax.parallel import processes
   # Before anything creates a jax backend: one controller per host (see README, multi-host).
   processes.initialize_distributed()
-  from sgpo_jax import train
-  from sgpo_jax.outputs import report
+  from sgpo_jax import train  # deferred: as above
+  from sgpo_jax.outputs import report  # deferred: as above (matplotlib)
   workdir = FLAGS.workdir or f'runs/{config.method}_seed{config.seed}'
   summary = train.run(config, workdir, stop_after=None if FLAGS.stage == 'all' else FLAGS.stage,
                       show_progress=processes.is_writer(),
@@ -172,7 +174,6 @@ class _LibraryInfo(logging.Filter):
 
 
 def quiet_library_logs() -> None:
-  from absl import logging as absl_logging
   absl_logging.get_absl_handler().addFilter(_LibraryInfo())
 
 

@@ -42,7 +42,7 @@ from sgpo_jax import errors, tasks
 from sgpo_jax.config import check as config_check
 from sgpo_jax.config import resume as resume_lib
 from sgpo_jax.data import inputs as inputs_lib
-from sgpo_jax.data import loading as data_lib
+from sgpo_jax.data import loading as loading_lib
 from sgpo_jax.data import tokenizer as tokenizer_lib
 from sgpo_jax.generate import evaluate as evaluate_lib
 from sgpo_jax.generate import profiling as profile_lib
@@ -52,6 +52,7 @@ from sgpo_jax.generate.engines import make_sampler, prompt_buckets
 from sgpo_jax.generate.sampler import Sampler
 from sgpo_jax.model import attention as attention_lib
 from sgpo_jax.model import flops as flops_lib
+from sgpo_jax.model import hf as hf_lib
 from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.outputs import checkpoint as checkpoint_lib
@@ -136,7 +137,6 @@ def setup(config, workdir: str, show_progress: bool = True,
   model_cfg = model_lib.ModelConfig.from_config(config.model)
   model_cfg.validate()
   if config.model.hf_path:
-    from sgpo_jax.model import hf as hf_lib
     with errors.config_errors():
       hf_lib.check_matches_checkpoint(model_cfg, config.model.hf_path)
     if lora_lib.enabled(model_cfg):
@@ -149,7 +149,7 @@ def setup(config, workdir: str, show_progress: bool = True,
         f'the tokenizer has {tokenizer.vocab_size} tokens but model.vocab_size='
         f'{model_cfg.vocab_size}; set model.vocab_size >= {tokenizer.vocab_size}.')
   s = config.sampling
-  load = lambda split: data_lib.load_queries(  # noqa: E731
+  load = lambda split: loading_lib.load_queries(  # noqa: E731
       config.data, split, seed=config.data.seed, tokenizer=tokenizer,
       max_prompt_len=s.max_prompt_len)
   with errors.config_errors():  # a missing or malformed data file: one line
@@ -180,7 +180,7 @@ def setup(config, workdir: str, show_progress: bool = True,
   # RL and profiling on a prefix (or a difficulty-stratified selection); the warm start saw
   # the whole pool.
   with errors.config_errors():
-    train_queries = data_lib.rl_pool(train_queries, config.data)
+    train_queries = loading_lib.rl_pool(train_queries, config.data)
   sampler = make_sampler(config, model_cfg, mesh, shardings, tokenizer)
   return Setup(config, workdir, mesh, tokenizer, model_cfg, train_queries, eval_queries,
                [tokenizer.encode_prompt(q.prompt) for q in train_queries], reward_fn, params,

@@ -13,8 +13,12 @@ from typing import Any
 
 import ml_collections
 
-from sgpo_jax import allocators
+from sgpo_jax import allocators, tasks
 from sgpo_jax.config import defaults as default_lib
+from sgpo_jax.data import loading as loading_lib
+from sgpo_jax.parallel import devices, sharding
+from sgpo_jax.rl import losses, sequence_packing
+from sgpo_jax.scaling_law import early_stop
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -112,7 +116,8 @@ def check_finite(config: ml_collections.ConfigDict, prefix: str = '') -> None:
 def _check_wandb(project: str) -> None:
   if project:
     try:
-      import wandb  # noqa: F401  (optional dependency: only a run that logs to W&B needs it)
+      # deferred: optional dependency (pip install sgpo_jax[wandb]); only W&B runs need it
+      import wandb  # noqa: F401
     except ImportError:
       raise ValueError(f'logging.wandb_project={project!r} needs wandb: pip install wandb') \
           from None
@@ -120,9 +125,6 @@ def _check_wandb(project: str) -> None:
 
 def check_ranges(config: ml_collections.ConfigDict) -> None:
   """Value ranges and choices of the non-allocator sections."""
-  from sgpo_jax import tasks  # the registries of names (no cycle: none imports us)
-  from sgpo_jax.data import loading as loading_lib
-  from sgpo_jax.rl import losses
   d, s, t, es = config.data, config.sampling, config.train, config.train.early_stop
   _choice('data.source', d.source, loading_lib.SOURCES)
   tasks.check_reward_spec(d.reward)  # built-in name or module.path:function, importable
@@ -134,7 +136,6 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
   _choice('data.bad_rows', d.bad_rows, ('error', 'skip'))
   _check_wandb(config.logging.wandb_project)
   _choice('tokenizer.kind', config.tokenizer.kind, ('char', 'hf'))
-  from sgpo_jax.parallel import devices
   _choice('dry_run_device', config.dry_run_device, ('',) + tuple(sorted(devices.DEVICES)))
   _choice('train.schedule', t.schedule, ('constant', 'cosine'))
   _choice('train.advantage', t.advantage, sorted(losses.ADVANTAGE_ESTIMATORS))
@@ -187,7 +188,6 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
            f'train.early_stop.confidence={es.confidence} must be in (0, 1).')
   _choice('train.early_stop.rule', es.rule, ('bound', 'forecast', 'trend'))
   if es.enabled and es.rule == 'bound':
-    from sgpo_jax.scaling_law import early_stop  # not at import: it pulls in the fitters
     early_stop.check_bound_options(tuple(es.bound_fractions), es.bound_confidence,
                                    es.bound_delta)
     early_stop.stop_calibration_path(es.calibration)  # a missing file fails before compute
@@ -214,7 +214,6 @@ def check_data_shards(config: ml_collections.ConfigDict, shape: tuple[int, ...],
                       num_processes: int = 1) -> None:
   """Every data-parallel shard (the mesh's batch axes) needs its own rows of each batch, and
   the packed step packs each shard's rows into its own buffers."""
-  from sgpo_jax.parallel import sharding  # jax-heavy: only when a device count is checked
   t = config.train
   shards = math.prod(size for axis, size in zip(config.mesh.axes, shape)
                      if axis in sharding.BATCH_AXES)
@@ -229,7 +228,6 @@ def check_data_shards(config: ml_collections.ConfigDict, shape: tuple[int, ...],
            f'train.rows_per_batch / train.micro_batches = {rows_mb} rows are not divisible by '
            f'the mesh batch axes size {shards} ({where}); use a multiple of {shards}.')
   if t.packing:
-    from sgpo_jax.rl import sequence_packing
     sequence_packing.PackShape.for_batch(
         t.rows_per_batch, config.sampling.max_prompt_len + config.sampling.max_new_tokens,
         t.pack_rows, t.pack_len, shards=shards)
@@ -255,7 +253,6 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
       raise ValueError(f'sampling.{name}={s[name]} must be >= 1.')
   if s.engine not in ('static', 'continuous'):
     raise ValueError(f"sampling.engine={s.engine!r}: choose 'static' or 'continuous'.")
-  from sgpo_jax.rl import sequence_packing  # numpy only; not at import (no cycle via rl/)
   sequence_packing.PackShape.for_batch(t.rows_per_batch, total_len, t.pack_rows, t.pack_len)
   check_allocator_sections(config)
   check_ranges(config)
@@ -265,9 +262,7 @@ def check_config(config: ml_collections.ConfigDict, num_devices: int | None = No
     raise ValueError(f'train.micro_batches={t.micro_batches} must divide train.rows_per_batch='
                      f'{t.rows_per_batch}.')
   if isinstance(config.mesh.shape, str):  # `auto[:AXIS=N]`: its syntax, before any device
-    from sgpo_jax.parallel import sharding
     sharding.mesh_shape_spec(config.mesh.shape, config.mesh.axes)
   if num_devices is not None:
-    from sgpo_jax.parallel import sharding  # jax-heavy: only when a device count is checked
     shape = sharding.resolve_mesh_shape(config.mesh.shape, config.mesh.axes, num_devices)
     check_data_shards(config, shape, num_processes)

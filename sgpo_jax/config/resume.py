@@ -23,6 +23,7 @@ from typing import Any
 
 from sgpo_jax.config import defaults as defaults_lib
 from sgpo_jax.errors import ConfigError
+from sgpo_jax.outputs import metrics as metrics_lib
 
 HISTORY_FILE = 'config_history.jsonl'
 CONFIG_FILE = 'config.json'
@@ -61,7 +62,6 @@ def flatten(tree: dict, prefix: str = '') -> dict[str, Any]:
 
 def as_json(config) -> dict[str, Any]:
   """The config as config.json holds it (tuples as lists, non-finite floats as null)."""
-  from sgpo_jax.outputs import metrics as metrics_lib
   return json.loads(json.dumps(metrics_lib.to_jsonable(config.to_dict())))
 
 
@@ -157,7 +157,6 @@ def record_changes(workdir: str, changes: dict[str, dict], resumed_from_step: in
   """Appends one row to config_history.jsonl: when, from which checkpoint, what changed."""
   if not changes:
     return
-  from sgpo_jax.outputs import metrics as metrics_lib
   metrics_lib.append_jsonl(os.path.join(workdir, HISTORY_FILE), [{
       'time': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
       'resumed_from_step': resumed_from_step, 'changes': changes}])

@@ -18,6 +18,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from sgpo_jax.data import loading
+
 PLACEHOLDER_PREFIX = '/path/to'
 FILE_SOURCES_NEEDING_PATH = ('jsonl', 'parquet', 'tfds', 'hf')
 
@@ -31,7 +33,6 @@ def _problem(field: str, path: str, need: str, kind: str) -> str | None:
   flag = f'--config.{field}=/local/dir'
   if is_placeholder(path):
     return f'{field}={path!r} is the shipped placeholder; set {flag} to {need}.'
-  from sgpo_jax.data import loading  # input_path: local or gs:// (etils.epath)
   if loading.is_remote(path) and kind != 'any':  # transformers reads local directories
     return (f'{field}={path!r} is not on local disk; copy it to every host first (gcloud '
             f'storage cp -r {path} /tmp/) and set {flag} to that copy.')
@@ -65,7 +66,6 @@ def path_problems(config: Any) -> list[str]:
     if not d.path and not d.eval_path:
       problems.append(f'data.path is empty but data.source={d.source!r} reads files; set '
                       '--config.data.path.')
-    from sgpo_jax.data import loading  # the Hub id spelling (source='hf')
     for field in ('path', 'eval_path'):
       if d.source == 'hf' and d.get(field) and loading.is_hub_id(d[field]):
         continue  # read from the Hub when loaded; offline, the loader's one-line error

@@ -68,13 +68,15 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from etils import epath
+
+from sgpo_jax.tasks import arithmetic
 from sgpo_jax.tasks.query import Query
 
 
 def input_path(path: str) -> Any:
   """`path` as an `etils.epath.Path`: local, or `gs://...` (with the [gcs] extra) so every
   host of a pod reads the same bucket files. Data files are read through it."""
-  from etils import epath
   return epath.Path(path)
 
 
@@ -181,7 +183,7 @@ def _read_jsonl(path: str, split_name: str) -> Iterator[tuple[str, int, Any]]:
 
 
 def _read_parquet(path: str, split_name: str) -> Iterator[tuple[str, int, Any]]:
-  import pyarrow.parquet as pq
+  import pyarrow.parquet as pq  # deferred: only source='parquet' reads with pyarrow
 
   for file in _split_files(path, split_name, 'parquet'):
     table = pq.read_table(file)
@@ -190,7 +192,7 @@ def _read_parquet(path: str, split_name: str) -> Iterator[tuple[str, int, Any]]:
 
 
 def _read_tfds(path: str, split_name: str) -> Iterator[tuple[str, int, Any]]:
-  import tensorflow_datasets as tfds
+  import tensorflow_datasets as tfds  # deferred: heavy (tensorflow); only source='tfds'
 
   builder = tfds.builder_from_directory(path)
   if split_name not in builder.info.splits:
@@ -213,7 +215,7 @@ def is_hub_id(path: str) -> bool:
 
 
 def _load_hub(path: str, split_name: str) -> Any:
-  import datasets
+  import datasets  # deferred: heavy; only source='hf' needs it
 
   name, _, config_name = path.partition(':')
   try:
@@ -227,7 +229,7 @@ def _load_hub(path: str, split_name: str) -> Any:
 
 
 def _read_hf(path: str, split_name: str) -> Iterator[tuple[str, int, Any]]:
-  import datasets
+  import datasets  # deferred: heavy; only source='hf' needs it
 
   if is_hub_id(path):
     loaded = _load_hub(path, split_name)
@@ -371,8 +373,6 @@ def load_queries_with_report(data_config: Any, split: str, seed: int = 0, tokeni
     raise ValueError(f"data.bad_rows={data_config.bad_rows!r} must be 'error' or 'skip'")
 
   if source == 'arithmetic':
-    from sgpo_jax.tasks import arithmetic
-
     train, evaluation = arithmetic.train_eval_queries(
         data_config.num_train, data_config.num_eval, seed, data_config.min_digits,
         data_config.max_digits,
@@ -458,7 +458,6 @@ def rl_pool(queries: list[Query], data_config: Any) -> list[Query]:
                      'lower rl_pool_size or raise num_train')
   if not weights:
     return list(queries[:size])
-  from sgpo_jax.tasks import arithmetic
   counts = arithmetic.level_counts(size, weights, data_config.min_digits, data_config.max_digits)
   taken = dict.fromkeys(counts, 0)
   chosen = []

@@ -129,7 +129,7 @@ class HFTokenizer:
 
   def __init__(self, path: str, chat_template: bool = False, system_prompt: str = '',
                stop_strings: Sequence[str] = (), enable_thinking: bool = True):
-    import transformers  # Heavy import, only for kind='hf'.
+    import transformers  # deferred: heavy; only tokenizer.kind='hf' needs it
 
     if not path or not os.path.isdir(path):
       raise ValueError(f'tokenizer.path={path!r} is not a local directory; save a tokenizer '

@@ -7,22 +7,20 @@ will execute.
 
 from __future__ import annotations
 
+from sgpo_jax.generate import continuous
+from sgpo_jax.generate import sampler as sampler_lib
 from sgpo_jax.generate import sampling_dtype as sampling_dtype_lib
-from sgpo_jax.generate.continuous import ContinuousSampler
-from sgpo_jax.generate.sampler import Sampler
 
 
 def prompt_buckets(config) -> tuple[int, ...]:
   """The prompt lengths the sampler compiles for (`sampling.engine`'s buckets)."""
   s = config.sampling
   if s.get('engine', 'static') == 'continuous':
-    from sgpo_jax.generate import continuous
     return continuous.prefill_buckets(s.max_prompt_len, s.prefill_step)
-  from sgpo_jax.generate import sampler as sampler_lib
   return sampler_lib.prompt_buckets(s.max_prompt_len, s.min_prompt_bucket)
 
 
-def make_sampler(config, model_cfg, mesh, shardings, tokenizer) -> Sampler | ContinuousSampler:
+def make_sampler(config, model_cfg, mesh, shardings, tokenizer) -> sampler_lib.Sampler | continuous.ContinuousSampler:
   """The generator behind profiling, rollouts and eval (`sampling.engine`)."""
   s = config.sampling
   model_cfg = sampling_dtype_lib.sampling_model_config(
@@ -31,8 +29,8 @@ def make_sampler(config, model_cfg, mesh, shardings, tokenizer) -> Sampler | Con
                 stop_ids=tokenizer.stop_token_ids, pad_id=tokenizer.pad_id,
                 bos_id=tokenizer.bos_id, draw=s.get('draw', 'gumbel'))
   if s.get('engine', 'static') == 'continuous':
-    return ContinuousSampler(model_cfg, mesh, shardings, slots=s.decode_slots,
-                             queue_rows=config.train.rows_per_batch,
-                             prefill_step=s.prefill_step, **common)
-  return Sampler(model_cfg, mesh, shardings, rows=config.train.rows_per_batch,
-                 min_prompt_bucket=s.min_prompt_bucket, **common)
+    return continuous.ContinuousSampler(model_cfg, mesh, shardings, slots=s.decode_slots,
+                                        queue_rows=config.train.rows_per_batch,
+                                        prefill_step=s.prefill_step, **common)
+  return sampler_lib.Sampler(model_cfg, mesh, shardings, rows=config.train.rows_per_batch,
+                             min_prompt_bucket=s.min_prompt_bucket, **common)

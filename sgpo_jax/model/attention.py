@@ -187,8 +187,9 @@ def _chunked(q_BxTxKxGxE, k_BxSxKxE, v_BxSxKxE, q_slot_BxT, kv_valid_BxS, seg_q_
     c = q_BxCxKxGxE.shape[1]
     init = (jnp.full((b, kh, g, c), -jnp.inf, jnp.float32), jnp.zeros((b, kh, g, c), jnp.float32),
             jnp.zeros((b, kh, g, c, e), jnp.float32))
-    (_, l, acc), _ = jax.lax.scan(step, init, (k_c, v_c, valid_c, slot_c, seg_k_c))
-    out_BxKxGxCxE = acc / l[..., None]
+    (_, l_BxKxGxC, acc_BxKxGxCxE), _ = jax.lax.scan(step, init,
+                                                   (k_c, v_c, valid_c, slot_c, seg_k_c))
+    out_BxKxGxCxE = acc_BxKxGxCxE / l_BxKxGxC[..., None]
     return jnp.transpose(out_BxKxGxCxE, (0, 3, 1, 2, 4)).astype(q_BxTxKxGxE.dtype)
 
   q_c = to_chunks(q, nq, q_chunk)
@@ -203,6 +204,7 @@ def _splash_kernel(h: int, t: int, s: int, block_q: int, block_kv: int, interpre
   """The splash kernel of one row: H query heads, a causal [T, S] mask (query t sees keys
   s <= t), forward and backward blocks of the given sizes. Made once per shape (the mask's
   block structure is computed in numpy)."""
+  # deferred: the TPU Pallas kernels load only when splash attention is chosen
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as splash_mask
   mask = splash_mask.MultiHeadMask([splash_mask.CausalMask((t, s)) for _ in range(h)])
@@ -218,6 +220,7 @@ def _splash_kernel(h: int, t: int, s: int, block_q: int, block_kv: int, interpre
 def _splash(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, kv_valid_BxS, seg_q_BxT, seg_k_BxS, blocks):
   """Splash attention of queries at slots 0..T-1: validity and segments become the kernel's
   segment ids (an invalid key gets id 0, as does a query whose own slot is invalid)."""
+  # deferred: the TPU Pallas kernels load only when splash attention is chosen
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
   t, e = q_BxTxHxE.shape[1], q_BxTxHxE.shape[-1]
   seg_k_BxS = jnp.ones(kv_valid_BxS.shape, jnp.int32) if seg_k_BxS is None else seg_k_BxS

@@ -39,6 +39,8 @@ import jax
 import ml_dtypes
 import numpy as np
 from jax.sharding import Mesh
+from safetensors import safe_open
+from safetensors.numpy import save_file
 
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.parallel import processes
@@ -401,7 +403,6 @@ def _weight_files(hf_dir: str) -> dict[str, str]:
   if not files:
     raise ValueError(f'{hf_dir} holds no *.safetensors files (and no {INDEX_FILE}); export the '
                      'model with save_pretrained(safe_serialization=True).')
-  from safetensors import safe_open
   names = {}
   for path in files:
     with safe_open(path, framework='numpy') as f:
@@ -416,8 +417,6 @@ def load_hf_params(hf_dir: str, cfg: model_lib.ModelConfig, mesh: Mesh,
   `cfg` must match the checkpoint's architecture (see `model_config_from_hf`); its
   `param_dtype` is the dtype of the returned arrays. Each device reads only its own slice.
   """
-  from safetensors import safe_open
-
   check_matches_checkpoint(cfg, hf_dir)
   shardings = sharding_lib.param_shardings(model_lib.abstract_params(cfg), mesh, rules)
   files = _weight_files(hf_dir)
@@ -495,8 +494,6 @@ def save_hf_checkpoint(params: Params, cfg: model_lib.ModelConfig, out_dir: str,
   config_overrides: extra config.json fields (e.g. bos_token_id / eos_token_id).
   Every process must call this (parameters are gathered per tensor); process 0 writes.
   """
-  from safetensors.numpy import save_file
-
   dtype = dtype or cfg.param_dtype
   if dtype not in _NP_DTYPES:
     raise ValueError(f'dtype={dtype!r}: use one of {sorted(_NP_DTYPES)}.')

@@ -32,6 +32,7 @@ def save_bpe_tokenizer(out_dir: str, corpus: Iterable[str], vocab_size: int = 38
   The chat template's words ('system', 'user', 'assistant') join the corpus, so the
   template tokenizes compactly whatever the corpus.
   """
+  # deferred: heavy (transformers); only tests and offline notebooks build fixtures
   import transformers
   from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
   if vocab_size <= 256 + len(SPECIAL_TOKENS):
@@ -57,6 +58,7 @@ def save_random_qwen2(out_dir: str, tokenizer, seed: int = 0, **fields: Any):
   The vocabulary is the tokenizer's padded to a multiple of 64, as real checkpoints pad it.
   Returns the `transformers.Qwen2Config`.
   """
+  # deferred: heavy (torch, transformers); only tests and offline notebooks build fixtures
   import torch
   import transformers
   unknown = sorted(set(fields) - set(TINY_QWEN2))

@@ -33,6 +33,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from safetensors.numpy import save_file
 
 from sgpo_jax.model import flops as flops_lib
 from sgpo_jax.model import transformer as model_lib
@@ -44,13 +45,14 @@ from sgpo_jax.model.lora_settings import (  # noqa: F401
   enabled,
   parse_targets,
 )
+from sgpo_jax.parallel import sharding as sharding_lib
 
 ADAPTER_SUFFIXES = ('_lora_a', '_lora_b')
 NF4_STORAGE = jnp.uint8  # orbax cannot write 4-bit arrays: nf4 codes are kept one per byte
 
 
 def _provider(cfg: model_lib.ModelConfig, quantized: bool):
-  import qwix
+  import qwix  # deferred: qwix is slow to import; LoRA models only
   paths = '|'.join(TARGETS[t] for t in cfg.lora_targets)
   return qwix.LoraProvider(
       module_path=f'{model_lib.LAYERS}/({paths})', rank=int(cfg.lora_rank),
@@ -74,7 +76,7 @@ def make_model(cfg: model_lib.ModelConfig):
   model = model_lib.Transformer(cfg)
   if not enabled(cfg):
     return model
-  import qwix
+  import qwix  # deferred: qwix is slow to import; LoRA models only
   model = qwix.apply_lora_to_model(model, _provider(cfg, quantized=cfg.lora_base_dtype is not None))
   return _Nf4Policy(model) if cfg.lora_base_dtype == 'nf4' else model
 
@@ -169,14 +171,14 @@ def abstract_params(cfg: model_lib.ModelConfig):
   logical names); the quantized base's leaves are added by `quantize_base`."""
   fp_model = model_lib.Transformer(cfg)
   if enabled(cfg):
-    import qwix
+    import qwix  # deferred: qwix is slow to import; LoRA models only
     fp_model = qwix.apply_lora_to_model(fp_model, _provider(cfg, quantized=False))
   return jax.eval_shape(lambda: fp_model.init(jax.random.key(0), *_tokens())['params'])
 
 
 def _quantize_recipes(cfg: model_lib.ModelConfig) -> dict[tuple[str, ...], Any]:
   """{path of a target kernel: qwix HowToQuantize for one layer} from qwix's own init."""
-  import qwix
+  import qwix  # deferred: qwix is slow to import; LoRA models only
   model = qwix.apply_lora_to_model(model_lib.Transformer(cfg), _provider(cfg, quantized=True))
   shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), *_tokens())['params'])
   recipes = {}
@@ -188,6 +190,7 @@ def _quantize_recipes(cfg: model_lib.ModelConfig) -> dict[tuple[str, ...], Any]:
 
 def quantize_kernel(kernel_LxS, how):
   """One stacked kernel -> WithAux(QArray) quantized layer by layer (nf4 codes as uint8)."""
+  # deferred: qwix is slow to import; LoRA models only
   from qwix._src.core import qarray
   from qwix._src.providers import ptq
   q = jax.vmap(lambda w: qarray.quantize(w, how))(kernel_LxS)
@@ -198,6 +201,7 @@ def quantize_kernel(kernel_LxS, how):
 
 def dequantize_kernel(w):
   """WithAux(QArray) stacked kernel -> float32 array of the kernel's shape."""
+  # deferred: qwix is slow to import; LoRA models only
   from qwix._src.core import qarray
   q = w.array
   if q.qtype == 'nf4':
@@ -219,7 +223,7 @@ def attach(cfg: model_lib.ModelConfig, base_params, rng):
   QLoRA, the target kernels quantized. Unsharded (jit it with `shardings` for a mesh)."""
   if not enabled(cfg):
     return base_params
-  import qwix
+  import qwix  # deferred: qwix is slow to import; LoRA models only
   fp_model = qwix.apply_lora_to_model(model_lib.Transformer(cfg), _provider(cfg, quantized=False))
   fresh = nn.meta.unbox(fp_model.init(rng, *_tokens())['params'])
   adapters, _ = split(fresh)
@@ -241,7 +245,6 @@ def _copy_tree(tree):
 def shardings(cfg: model_lib.ModelConfig, mesh, rules=None):
   """Shardings of `attach`'s output: each leaf from its logical names (a quantized kernel's
   values and scales take the kernel's names, with dimensions that do not divide replicated)."""
-  from sgpo_jax.parallel import sharding as sharding_lib
   rules = rules or sharding_lib.DEFAULT_RULES
   boxed = abstract_params(cfg)
   specs = nn.get_partition_spec(boxed)
@@ -273,6 +276,7 @@ def restore_structure(cfg: model_lib.ModelConfig, raw):
   quantized kernels (dicts of qvalue/scale) become WithAux(QArray) again."""
   if not enabled(cfg) or cfg.lora_base_dtype is None:
     return raw
+  # deferred: qwix is slow to import; LoRA models only
   from qwix._src.core import qarray
   from qwix._src.providers import ptq
   out = _copy_tree(raw)
@@ -359,7 +363,6 @@ def peft_config(cfg: model_lib.ModelConfig, base_model: str) -> dict:
 
 def save_peft(cfg: model_lib.ModelConfig, params, out_dir: str, base_model: str = '') -> None:
   """adapter_model.safetensors + adapter_config.json in `out_dir`."""
-  from safetensors.numpy import save_file  # deferred: only an export writes safetensors
   os.makedirs(out_dir, exist_ok=True)
   save_file(peft_tensors(cfg, params), os.path.join(out_dir, 'adapter_model.safetensors'))
   with open(os.path.join(out_dir, 'adapter_config.json'), 'w') as f:

@@ -16,6 +16,8 @@ import os
 import platform
 from typing import Any
 
+import jax
+
 _PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'numpy', 'orbax-checkpoint')
 # CPU features that change which kernels XLA:CPU runs (and so the rounding).
 _CPU_FEATURES = ('avx2', 'avx512f', 'avx512_bf16', 'avx512_vnni', 'amx_tile', 'fma', 'neon',
@@ -48,7 +50,6 @@ def cpu_info(cpuinfo_path: str = '/proc/cpuinfo') -> dict[str, Any]:
 
 def describe() -> dict[str, Any]:
   """JSON-ready: library versions, Python, CPU model and features, XLA_FLAGS, jax backend."""
-  import jax
   devices = jax.devices()
   return {
       'python': platform.python_version(),

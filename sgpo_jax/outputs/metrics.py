@@ -80,8 +80,8 @@ WANDB_ID_FILE = 'wandb_run_id'
 
 def start_wandb(workdir: str, project: str, config: dict | None, resumed: bool):
   """A W&B run for this workdir; a resumed run continues the W&B run its workdir names."""
-  # Imported here: wandb is an optional dependency, needed only when a project is set (the
-  # config check has already said so in one line when it is missing).
+  # deferred: optional dependency (pip install sgpo_jax[wandb]), needed only when a project
+  # is set (the config check has already said so in one line when it is missing).
   import wandb
 
   id_path = paths.join(workdir, WANDB_ID_FILE)
@@ -110,7 +110,7 @@ class MetricsWriter:
       paths.remove(self.path)
     self._tb = None
     if processes.is_writer():
-      from tensorboardX import SummaryWriter
+      from tensorboardX import SummaryWriter  # deferred: heavy (it loads torch when present)
       self._tb = SummaryWriter(paths.join(workdir, 'tensorboard'))
     self._wandb = None
     if processes.is_writer() and wandb_project:

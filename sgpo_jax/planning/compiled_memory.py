@@ -30,9 +30,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from sgpo_jax.generate import engines
+from sgpo_jax.generate import sampling_dtype as sampling_dtype_lib
+from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.parallel import devices
 from sgpo_jax.parallel import sharding as sharding_lib
+from sgpo_jax.rl import learner as learner_lib
 
 # Shapes never depend on token ids, so the sampler is built with a stand-in tokenizer.
 _SHAPE_TOKENIZER = types.SimpleNamespace(stop_token_ids=[0], pad_id=0, bos_id=0)
@@ -74,7 +78,6 @@ def _sds(shape, dtype, sharding=None) -> jax.ShapeDtypeStruct:
 def abstract_params(cfg: model_lib.ModelConfig, mesh) -> tuple[Any, Any]:
   """(params as sharded ShapeDtypeStructs, their shardings), as `sharding.init_sharded_params`
   (with LoRA: as `lora.attach_sharded`, adapters beside the possibly quantized base)."""
-  from sgpo_jax.model import lora as lora_lib
   if lora_lib.enabled(cfg):
     key = jax.random.key(0)
     shapes = jax.eval_shape(lambda: lora_lib.attach(cfg, model_lib.init_params(cfg, key), key))
@@ -99,7 +102,6 @@ def abstract_opt_state(optimizer, params, mesh) -> Any:
 def _sampling_config(config):
   """`config` with sampling.param_dtype='auto' resolved for the target device
   (config.dry_run_device), not for the backend the dry run compiles on."""
-  from sgpo_jax.generate import sampling_dtype as sampling_dtype_lib
   name = config.get('dry_run_device', '')
   if not name or config.sampling.get('param_dtype', 'auto') != 'auto':
     return config
@@ -110,7 +112,6 @@ def _sampling_config(config):
 
 
 def _sampler_program(config, cfg, mesh, params, shardings, resident: int) -> Program:
-  from sgpo_jax.generate import engines  # the trainer's own factory
   sampler = engines.make_sampler(_sampling_config(config), cfg, mesh, shardings, _SHAPE_TOKENIZER)
   # The sampler reads a copy of the weights in its dtype (one per RL step, resident beside
   # the float32 masters while it runs) and a KV cache it is given and donates.
@@ -157,7 +158,6 @@ def _batch_args(learner, config) -> tuple[Any, str]:
 
 def build_programs(config, cfg: model_lib.ModelConfig, mesh) -> list[Program]:
   """The run's jitted programs with abstract arguments; see the module docstring."""
-  from sgpo_jax.rl import learner as learner_lib
   t, s = config.train, config.sampling
   params, shardings = abstract_params(cfg, mesh)
   learner = learner_lib.Learner(cfg, mesh, shardings, config, int(t.num_steps))

@@ -59,6 +59,7 @@ from jax.sharding import AbstractMesh
 
 from sgpo_jax.data import inputs as inputs_lib
 from sgpo_jax.model import flops as flops_lib
+from sgpo_jax.model import hf as hf_lib
 from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.parallel import devices as devices_lib
@@ -117,7 +118,6 @@ def memory_breakdown(cfg: model_lib.ModelConfig, rows: int, seq_len: int,
   `rows` x `seq_len` tokens on one device, under `cfg`'s mode: full fine-tuning
   (lora_rank 0), LoRA (adapters train, base frozen in param_dtype) or QLoRA (target
   kernels of the base in int8 / nf4 plus a float32 scale per output channel)."""
-  from sgpo_jax.model import lora as lora_lib
   pbytes = _BYTES[cfg.param_dtype]
   total = flops_lib.param_counts(dataclasses.replace(cfg, lora_rank=0))['total']
   kv = rows * seq_len * cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * _BYTES[kv_dtype]
@@ -154,7 +154,6 @@ def dry_run(config: ml_collections.ConfigDict, num_devices: int | None = None,
   hf_checked = False
   hf_path = config.model.get('hf_path', '')
   if hf_path and os.path.isfile(os.path.join(hf_path, 'config.json')):
-    from sgpo_jax.model import hf as hf_lib
     hf_lib.check_matches_checkpoint(cfg, hf_path)
     hf_checked = True
 

@@ -20,6 +20,7 @@ import os
 from typing import Any
 
 import numpy as np
+from safetensors.numpy import save_file
 
 ARCHITECTURES = ('llama',)
 # Tensor types the gguf package dequantizes bit-exactly to float32 (its numpy kernels).
@@ -75,7 +76,7 @@ def _field(reader, key: str, default: Any = None) -> Any:
 def read_metadata(path: str) -> tuple[Any, dict[str, Any]]:
   """(reader, the transformers config.json dict) of a GGUF file; unsupported files raise
   ValueError naming the field and value."""
-  import gguf
+  import gguf  # deferred: only a GGUF conversion needs it
 
   reader = gguf.GGUFReader(path)
   arch = _field(reader, 'general.architecture')
@@ -125,7 +126,7 @@ def read_metadata(path: str) -> tuple[Any, dict[str, Any]]:
 
 def read_tensors(reader, config: dict[str, Any]) -> dict[str, np.ndarray]:
   """Every tensor of the file under its transformers name, float32, rows in HF order."""
-  import gguf
+  import gguf  # deferred: only a GGUF conversion needs it
 
   by_name = {t.name: t for t in reader.tensors}
   heads = {'q': config['num_attention_heads'], 'k': config['num_key_value_heads']}
@@ -149,8 +150,7 @@ def read_tensors(reader, config: dict[str, Any]) -> dict[str, np.ndarray]:
 def convert(path: str, out_dir: str) -> dict[str, Any]:
   """Writes `out_dir`/{model.safetensors, config.json, generation_config.json, tokenizer
   files, chat template}; returns the config dict."""
-  from safetensors.numpy import save_file
-  from transformers import AutoTokenizer
+  from transformers import AutoTokenizer  # deferred: heavy; only a conversion needs it
 
   reader, config = read_metadata(path)
   os.makedirs(out_dir, exist_ok=True)

@@ -25,9 +25,13 @@ import optax
 import orbax.checkpoint as ocp
 from absl import logging
 from flax import traverse_util
+from safetensors.numpy import load_file, save_file
 from tqdm.auto import tqdm
 
 from sgpo_jax import tasks
+from sgpo_jax.data import loading as loading_lib
+from sgpo_jax.data import tokenizer as tokenizer_lib
+from sgpo_jax.model import hf as hf_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.outputs import environment
 from sgpo_jax.parallel import processes
@@ -178,8 +182,7 @@ def initial_policy(config, cfg: model_lib.ModelConfig, mesh, tokenizer, train_qu
   abstract = model_lib.abstract_params(cfg)
   shardings = sharding_lib.param_shardings(abstract, mesh)
   if config.model.hf_path:
-    from sgpo_jax.model import hf
-    params = hf.load_hf_params(config.model.hf_path, cfg, mesh)
+    params = hf_lib.load_hf_params(config.model.hf_path, cfg, mesh)
     return params, shardings, {'source': 'hf', 'path': config.model.hf_path}
   if config.warm_start.steps <= 0:
     params, _ = model_lib.init_sharded_params(cfg, mesh, jax.random.key(config.data.seed))
@@ -287,14 +290,12 @@ def _train(config, cfg, mesh, tokenizer, train_queries, path, shardings, show_pr
 def policy_for_config(config, workdir: str, show_progress: bool = True):
   """(params, info) of `config`'s initial policy, built outside a run: its mesh, tokenizer,
   model and training queries, then `initial_policy` (tools and tests that need only that)."""
-  from sgpo_jax.data import loading as data_lib
-  from sgpo_jax.data import tokenizer as tokenizer_lib
   mesh = sharding_lib.make_mesh(config.mesh)
   tokenizer = tokenizer_lib.load_tokenizer(config.tokenizer)
   cfg = model_lib.ModelConfig.from_config(config.model)
-  queries = data_lib.load_queries(config.data, config.data.split, seed=config.data.seed,
-                                  tokenizer=tokenizer,
-                                  max_prompt_len=config.sampling.max_prompt_len)
+  queries = loading_lib.load_queries(config.data, config.data.split, seed=config.data.seed,
+                                     tokenizer=tokenizer,
+                                     max_prompt_len=config.sampling.max_prompt_len)
   params, _, info = initial_policy(config, cfg, mesh, tokenizer, queries, workdir,
                                    show_progress)
   return params, info
@@ -318,7 +319,6 @@ def shipped_file(key: str, shipped_dir: str | None = None) -> str | None:
 
 def export_shipped(params, info: dict, key: str, shipped_dir: str | None = None) -> str:
   """Writes a warm start's params and build info as the shipped copy for cache key `key`."""
-  from safetensors.numpy import save_file
   out = shipped_dir or SHIPPED_DIR
   os.makedirs(out, exist_ok=True)
   flat = traverse_util.flatten_dict(jax.device_get(params), sep='/')
@@ -334,7 +334,6 @@ def export_shipped(params, info: dict, key: str, shipped_dir: str | None = None)
 def load_shipped(path: str, target) -> tuple[Any, dict]:
   """(params laid out as `target`'s shapes, dtypes and shardings, the build's info plus
   shipped=True). A file whose tensors do not match the model raises, naming the tensor."""
-  from safetensors.numpy import load_file
   flat = load_file(path)
   if any(name.startswith('layers_0/') for name in flat):  # shipped before the layers were scanned
     flat = traverse_util.flatten_dict(

@@ -11,7 +11,7 @@ that is meaningful for the run (`--metric auto`: held-out eval_accuracy; for cur
 runs without evals the reward above the profiled solve rate) and says which it chose and
 why on stderr and in `metric_reason`. The point forecast and its 90% interval are
 calibrated on finished runs (`--calibration`: by default the validation runs shipped in
-sgpo_jax/scaling_law/calibration_runs.json; or a JSON file written by `calibrate-set`, or
+sgpo_jax/scaling_law/calibration_runs.json.xz; or a JSON file written by `calibrate-set`, or
 finished run folders like yours; `none` for the curve alone with its uncalibrated
 parameter-noise interval).
 
@@ -25,11 +25,12 @@ run could be forecast.
 
 `calibrate-set`: the calibration set of finished runs (run folders, or trajectories files
 written by --dump-trajectories), as the shipped sets are made: kind `forecast` (the CLI's
-calibration_runs.json: eval and reward prefixes at 0.2, 0.3, 0.5) or `stop` (the trainer's
-early-stop stop_calibration_runs.json: eval prefixes every 0.05 from 0.3 to 0.8). --base
+calibration_runs.json.xz: eval and reward prefixes at 0.2, 0.3, 0.5) or `stop` (the trainer's
+early-stop stop_calibration_runs.json.xz: eval prefixes every 0.05 from 0.3 to 0.8). --base
 keeps an existing set's records next to the new ones (a run in both is refused; with
 --carry-records only the base's runs whose name starts with PREFIX are kept, and the new
-runs replace them).
+runs replace them). A set or trajectories file named `*.xz` is read and written
+xz-compressed.
 """
 
 from __future__ import annotations
@@ -41,7 +42,12 @@ from pathlib import Path
 from typing import Sequence
 
 from sgpo_jax.scaling_law import calibration_set
-from sgpo_jax.scaling_law.calibration import DEFAULT_PREDICTOR, PREDICTORS, CalibrationSet
+from sgpo_jax.scaling_law.calibration import (
+  DEFAULT_PREDICTOR,
+  PREDICTORS,
+  CalibrationSet,
+  read_json_text,
+)
 from sgpo_jax.scaling_law.runs import (
   AUTO_METRIC,
   METRICS,
@@ -52,7 +58,7 @@ from sgpo_jax.scaling_law.runs import (
 )
 from sgpo_jax.scaling_law.trajectory import DEFAULT_FORMS, FORMS
 
-DEFAULT_CALIBRATION = Path(__file__).resolve().parent / 'calibration_runs.json'
+DEFAULT_CALIBRATION = Path(__file__).resolve().parent / 'calibration_runs.json.xz'
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,7 +127,7 @@ def read_calibration(sources: Sequence[str], runs, observe_fraction: float,
   """The calibration set named on the command line (see the module docstring)."""
   if [source.lower() for source in sources] == ['none']:
     return None
-  if len(sources) == 1 and sources[0].endswith('.json'):
+  if len(sources) == 1 and sources[0].endswith(('.json', '.json.xz')):
     if sources[0] == str(DEFAULT_CALIBRATION) and not DEFAULT_CALIBRATION.exists():
       print(f'[scaling_law] no {DEFAULT_CALIBRATION.name}: curve forecast with an '
             'uncalibrated interval', file=sys.stderr)
@@ -186,14 +192,15 @@ def run_calibrate_set(args: argparse.Namespace) -> int:
     raise ValueError(f'no finished runs among {[str(s) for s in args.sources]}')
   if args.dump_trajectories is not None:
     calibration_set.dump_trajectories(runs, args.dump_trajectories)
-  base = CalibrationSet.from_json(args.base.read_text()) if args.base is not None else None
+  base = (CalibrationSet.from_json(read_json_text(args.base)) if args.base is not None
+          else None)
   source = args.source or (f'{len(runs)} runs of ' + ', '.join(map(str, args.sources))
                            + (f'; and the records of {args.base.name}' if base else ''))
   built = calibration_set.build_set(runs, args.kind, source=source, base=base,
                                     carry_prefix=args.carry_records,
                                     config_scores_min=args.config_scores_min)
   args.out.parent.mkdir(parents=True, exist_ok=True)
-  args.out.write_text(built.to_json())
+  built.save(args.out)
   print(f'[scaling_law] wrote {args.out}: {len({r.run for r in built.records})} runs, '
         f'{len(built.records)} records ({args.kind}; intervals per config from >= '
         f'{built.config_scores_min} scores, 0: pooled)', file=sys.stderr)

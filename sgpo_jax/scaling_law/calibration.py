@@ -46,12 +46,16 @@ whose other seeds are known, and its interval must say so).
 
 A run's regime comes from its config.json `regime` (the comparison protocol's named
 regimes) unless given; a run without one is forecast from the method or whole pool.
+
+Sets are JSON files; a name ending in `.xz` is read and written xz-compressed (the shipped
+sets are, to keep the repository small).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import lzma
 import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -439,7 +443,30 @@ class CalibrationSet:
     if not path.exists():
       raise ValueError(f'calibration file {path} does not exist; write one with '
                        '`python -m sgpo_jax.scaling_law calibrate-set` or pass run folders')
-    return cls.from_json(path.read_text(), source=path.name)
+    # Named by the JSON it holds: calibration_runs.json whether or not it is compressed.
+    return cls.from_json(read_json_text(path), source=path.name.removesuffix('.xz'))
+
+  def save(self, path: str | Path) -> None:
+    write_json_text(path, self.to_json())
+
+
+def read_json_text(path: str | Path) -> str:
+  """The text of a JSON file, decompressed when its name ends in `.xz`."""
+  path = Path(path)
+  if path.suffix == '.xz':
+    with lzma.open(path, 'rt', encoding='utf-8') as handle:
+      return handle.read()
+  return path.read_text()
+
+
+def write_json_text(path: str | Path, text: str) -> None:
+  """Writes `text` to `path`, xz-compressed when its name ends in `.xz`."""
+  path = Path(path)
+  if path.suffix == '.xz':
+    with lzma.open(path, 'wt', encoding='utf-8', preset=9 | lzma.PRESET_EXTREME) as handle:
+      handle.write(text)
+  else:
+    path.write_text(text)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Building a calibration set from finished runs: what `python -m sgpo_jax.scaling_law
-calibrate-set` writes, and how the shipped sets (calibration_runs.json for the forecast CLI,
-stop_calibration_runs.json for the trainer's early stop) are made.
+calibrate-set` writes, and how the shipped sets (calibration_runs.json.xz for the forecast
+CLI, stop_calibration_runs.json.xz for the trainer's early stop) are made.
 
 A run comes from a run folder (metrics.jsonl and summary.json) or from a trajectories file
 (`dump_trajectories`: the runs' identity and metric readings, so a set can be rebuilt once
@@ -19,7 +19,13 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
-from sgpo_jax.scaling_law.calibration import CalibrationSet, PrefixFeatures, prefix_features
+from sgpo_jax.scaling_law.calibration import (
+  CalibrationSet,
+  PrefixFeatures,
+  prefix_features,
+  read_json_text,
+  write_json_text,
+)
 from sgpo_jax.scaling_law.runs import load_run, record_from_dict, record_to_dict, run_key
 from sgpo_jax.scaling_law.trajectory import DEFAULT_FORMS
 
@@ -43,10 +49,10 @@ class SetKind:
 KINDS = {
     # The forecast CLI's set: a CLI forecast uses the nearest fraction.
     'forecast': SetKind((0.2, 0.3, 0.5), ('eval', 'reward'), tuple(DEFAULT_FORMS), 0,
-                        SHIPPED_DIR / 'calibration_runs.json'),
+                        SHIPPED_DIR / 'calibration_runs.json.xz'),
     # The trainer's early-stop rule 'bound': a checkpoint every 0.05 of the run from 0.3 to 0.8.
     'stop': SetKind((0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8), ('eval',), (),
-                    4, SHIPPED_DIR / 'stop_calibration_runs.json'),
+                    4, SHIPPED_DIR / 'stop_calibration_runs.json.xz'),
 }
 
 
@@ -113,12 +119,12 @@ def dump_trajectories(runs: list[dict[str, Any]], path: Path) -> None:
               **{key: record_to_dict(run[key]) for key in ('eval', 'reward') if key in run}}
              for run in runs]
   path.parent.mkdir(parents=True, exist_ok=True)
-  path.write_text(json.dumps({'version': TRAJECTORIES_VERSION, 'runs': entries}))
+  write_json_text(path, json.dumps({'version': TRAJECTORIES_VERSION, 'runs': entries}))
 
 
 def load_trajectories(path: Path) -> list[dict[str, Any]]:
   """The runs `dump_trajectories` wrote, as `load_runs` returns them."""
-  data = json.loads(Path(path).read_text())
+  data = json.loads(read_json_text(path))
   if not isinstance(data, dict) or data.get('version') != TRAJECTORIES_VERSION:
     raise ValueError(f'{path}: not a trajectories file of version {TRAJECTORIES_VERSION} '
                      '(write one with dump_trajectories)')

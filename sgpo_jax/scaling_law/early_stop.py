@@ -223,7 +223,7 @@ def check_trend_options(total_steps: float, min_fraction: float, window_fraction
 MAX_PADDING_FOR_FIT = 0.75
 RULES = ('bound', 'forecast', 'trend')
 # Rule 'bound''s shipped calibration set: the 80 design runs of its validation, at its fractions.
-STOP_CALIBRATION_PATH = Path(__file__).resolve().parent / 'stop_calibration_runs.json'
+STOP_CALIBRATION_PATH = Path(__file__).resolve().parent / 'stop_calibration_runs.json.xz'
 
 
 def _fits_reward(row: dict[str, Any]) -> bool:

@@ -427,6 +427,7 @@ def evaluate_run(run: RunRecord, observe_fraction: float, *, law: JointLaw | Non
 
 def plot_forecast(run: RunRecord, result: Forecast, path: str | Path) -> Path:
   """PNG: observed points, fit on them, forecast band, actual tail, stop step."""
+  # deferred: matplotlib (slow to import, headless backend set first) only for a plot
   import matplotlib
   matplotlib.use('Agg')
   from matplotlib import pyplot as plt

@@ -115,7 +115,9 @@ def _take_new_queries(rng: np.random.Generator, digits_BxN: np.ndarray, seen: se
 
 def level_space(level: int, min_digits: int, num_operands: int = 2) -> int:
   """Distinct problems whose largest operand has exactly `level` digits."""
-  upto = lambda d: sum(_operand_count(k) for k in range(min_digits, d + 1))
+  def upto(d: int) -> int:  # operand values of min_digits..d digits
+    return sum(_operand_count(k) for k in range(min_digits, d + 1))
+
   return upto(level) ** num_operands - upto(level - 1) ** num_operands
 
 

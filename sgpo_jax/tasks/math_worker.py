@@ -36,7 +36,7 @@ DEFAULT_FLOAT_ROUNDING = 6
 
 def check_pair(gold: str, answer: str, gold_cache: dict, parse_timeout: int | None,
                 verify_timeout: int | None) -> bool:
-  import math_verify
+  import math_verify  # deferred: heavy (sympy); only the worker processes load it
 
   exact = fast_verdict(gold, answer)  # two plain numbers: exact, whichever path sent them
   if exact is not None:
@@ -67,7 +67,8 @@ def worker_main(parse_timeout: int, verify_timeout: int) -> None:
   os.dup2(2, 1)  # Stray prints from libraries must not corrupt the protocol stream.
   for name in ('math_verify', 'latex2sympy2_extended'):
     logging.getLogger(name).setLevel(logging.CRITICAL)
-  import math_verify  # noqa: F401  (import cost paid before 'ready')
+  # deferred: heavy (sympy); loaded here, once its loggers are quiet, before 'ready'
+  import math_verify  # noqa: F401
 
   gold_cache: dict = {}
   check_pair('1', 'x+1', {}, None, None)  # sympy's lazy imports, also before 'ready'

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from sgpo_jax.errors import ConfigError, UserError, one_line
+from sgpo_jax.tasks import arithmetic, math_reward
 from sgpo_jax.tasks.query import Query
 
 RewardFn = Callable[[list[str], list[Query]], np.ndarray]
@@ -291,14 +292,10 @@ def startup_check(reward_fn: RewardFn, queries: Sequence[Query]) -> None:
 @register_reward('arithmetic')
 def _arithmetic(data_config: Any) -> RewardFn:
   """The embedded task's exact match (+ `data.format_reward` for a well-formed answer)."""
-  from sgpo_jax.tasks import arithmetic
-
   return functools.partial(arithmetic.score, format_reward=float(data_config.format_reward))
 
 
 @register_reward('math')
 def _math(data_config: Any) -> RewardFn:
   """`MathVerifier`: answer extraction + math-verify in killable workers."""
-  from sgpo_jax.tasks import math_reward
-
   return math_reward.MathVerifier(num_workers=int(data_config.math_workers))

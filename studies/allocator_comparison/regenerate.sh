@@ -19,6 +19,7 @@ cd "$REPO"
 ARMS=grpo,dapo,sgpo,sgpo_g48_k2,greso,knapsack,sgpo_bayes,sgpo_bayes_floor25,dapo_g4,sgpo_bayes_pooled,sgpo_bayes_cut,sgpo_bayes_g24
 python -m sgpo_jax.compare report --runs-dir "$RUNS" \
   --regimes paper_like,default,small_pool --arms "$ARMS" --seeds 0-4 --results-dir "$HERE"
+python -m studies.compact_png "$HERE"/plots/compare_*.png  # palette PNGs, as committed
 DIAG=grpo,dapo,dapo_g4,greso,knapsack,sgpo,sgpo_bayes_floor25,sgpo_bayes,sgpo_bayes_pooled,sgpo_bayes_cut,sgpo_bayes_g24
 for regime in paper_like default small_pool; do
   seeds=0-4

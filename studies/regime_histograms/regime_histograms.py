@@ -36,6 +36,7 @@ from sgpo_jax.config.args import load_config_module  # noqa: E402
 from sgpo_jax.generate import evaluate as evaluate_lib  # noqa: E402
 from sgpo_jax.generate import profiling as profile_lib  # noqa: E402
 from sgpo_jax.outputs import metrics as metrics_lib  # noqa: E402
+from studies import compact_png  # noqa: E402
 
 RESULTS = os.path.dirname(os.path.abspath(__file__))
 regime_configs = load_config_module(os.path.join(REPO, 'sgpo_jax', 'configs', 'regimes.py'))
@@ -143,7 +144,7 @@ def plot(results: dict[str, Any], path: str) -> None:
     ax.set_ylabel('share of pool')
   fig.tight_layout()
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  fig.savefig(path, dpi=110)
+  compact_png.save(fig, path, dpi=110)
 
 
 def render(results: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ finished runs (leave-one-run-out: no forecast is scored on a run it was fitted o
 RUN_DIRs without summary.json (unfinished) are skipped. Regime, config group and seed group
 of a run: see `sgpo_jax.scaling_law.calibration_set.regime_and_group`. Writes OUT/scaling_law_calibrated.{md,json} and plots
 under OUT/plots/scaling_law_calibrated/; with --write-calibration also the calibration set
-the CLI uses by default (sgpo_jax/scaling_law/calibration_runs.json).
+the CLI uses by default (sgpo_jax/scaling_law/calibration_runs.json.xz).
 
 Per metric (held-out eval_accuracy; training reward: reward_mean for GRPO/DAPO,
 reward_over_profile for curriculum sGPO), every run is forecast from its first 30% by each
@@ -58,6 +58,7 @@ from sgpo_jax.scaling_law.runs import (
   run_key,
 )
 from sgpo_jax.scaling_law.trajectory import FORMS, fit_trajectory, select_form
+from studies import compact_png
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = Path(__file__).resolve().parent / 'results'
@@ -565,7 +566,7 @@ def plot_forms(runs: list[dict[str, Any]], plots: Path) -> None:
       axes.set_title(f'{regime}: {len(members)} runs, {metric}', fontsize=10)
       axes.legend(fontsize=7, loc='best')
       figure.tight_layout()
-      figure.savefig(plots / form_plot_name(regime, metric), dpi=100)
+      compact_png.save(figure, str(plots / form_plot_name(regime, metric)), dpi=100)
       plt.close(figure)
 
 
@@ -969,7 +970,7 @@ def main(argv: list[str] | None = None) -> int:
     source = f'{len(runs)} validation runs of studies/scaling_law/calibrate.py'
     if args.carry_records:
       new_runs = {record.run for record in records}
-      carried = [record for record in CalibrationSet.from_json(CALIBRATION_PATH.read_text()).records
+      carried = [record for record in CalibrationSet.load(CALIBRATION_PATH).records
                  if record.run.startswith(args.carry_records) and record.run not in new_runs]
       records += carried
       source += (f' and {len({r.run for r in carried})} runs ({args.carry_records}*) carried '
@@ -977,8 +978,7 @@ def main(argv: list[str] | None = None) -> int:
     # The interval rule is part of what a set was tested with: a rebuilt set keeps it.
     rule = (CalibrationSet.load(CALIBRATION_PATH).config_scores_min
             if CALIBRATION_PATH.is_file() else 0)
-    CALIBRATION_PATH.write_text(CalibrationSet(records, source,
-                                               config_scores_min=rule).to_json())
+    CalibrationSet(records, source, config_scores_min=rule).save(CALIBRATION_PATH)
     print(f'wrote {CALIBRATION_PATH} (intervals per config from >= {rule} scores; 0: pooled)',
           file=sys.stderr)
   print(f'wrote {path} in {time.time() - start:.0f}s', file=sys.stderr)

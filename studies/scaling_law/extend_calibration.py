@@ -29,7 +29,12 @@ from typing import Sequence
 
 import numpy as np
 
-from sgpo_jax.scaling_law.calibration import CalibrationSet, PrefixFeatures, calibrated_forecast
+from sgpo_jax.scaling_law.calibration import (
+  CalibrationSet,
+  PrefixFeatures,
+  calibrated_forecast,
+  read_json_text,
+)
 from studies.scaling_law import calibrate as cal
 
 OBSERVE_FRACTION = 0.3
@@ -177,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.error(f'--trajectories {missing}: no such file')
   if not args.base.is_file():
     parser.error(f'--base {args.base}: no such calibration file')
-  base = CalibrationSet.from_json(args.base.read_text())  # keeps the file's own source line
+  base = CalibrationSet.from_json(read_json_text(args.base))  # keeps the file's own source line
   if args.config_scores_min is not None and args.config_scores_min < 0:
     parser.error(f'--config-scores-min {args.config_scores_min} must be >= 0 (0: intervals '
                  'from the whole pool)')
@@ -200,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:  # a check only
       return 0
   out = args.out or args.base
-  out.write_text(extended.to_json())
+  extended.save(out)
   print(f'wrote {out}: {len({r.run for r in extended.records})} runs, '
         f'{len(extended.records)} records ({time.time() - start:.0f}s)', file=sys.stderr)
   return 0

@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 < window < 1:
       parser.error(f'--windows {window}: each a fraction of the run in (0, 1), e.g. 0.05')
   started = time.time()
-  shipped = CalibrationSet.load(pooled.REPO / 'sgpo_jax' / 'scaling_law' / 'calibration_runs.json')
+  shipped = CalibrationSet.load(cal.CALIBRATION_PATH)
   runs = pooled.load_tests()
   design = [r for r in runs if r['test'] in DESIGN_TESTS]
   test, _ = pooled.held_out(runs, shipped)

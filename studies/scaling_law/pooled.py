@@ -12,8 +12,8 @@ best estimate this project has of what a user gets. Nothing is chosen here: the 
 the shipped code's, recomputed from the committed trajectories of TESTS.
 
 - Which runs: a seed with any run in the calibration set is left out whole (a seed's runs
-  share their warm start and early curve). For the CLI that is `calibration_runs.json`
-  (seeds 0-24), for the stop `stop_calibration_runs.json` (seeds 5-9). Where a test kept the
+  share their warm start and early curve). For the CLI that is `calibration_runs.json.xz`
+  (seeds 0-24), for the stop `stop_calibration_runs.json.xz` (seeds 5-9). Where a test kept the
   dense final evals (seeds 35-49) its dense trajectories are used (thinned ones are not
   listed). One run in two files is kept once, refused if its readings differ.
 - CLI: `runs.evaluate_run` from the first 30% with the run's config group (the CLI default),
@@ -52,7 +52,7 @@ from studies.scaling_law import stop_transfer as transfer
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parent / 'results'
 DEFAULT_OUT = RESULTS / 'scaling_law_pooled'
-STOP_CALIBRATION_PATH = REPO / 'sgpo_jax' / 'scaling_law' / 'stop_calibration_runs.json'
+STOP_CALIBRATION_PATH = REPO / 'sgpo_jax' / 'scaling_law' / 'stop_calibration_runs.json.xz'
 CLI_VARIANT = {'group': None}  # evaluate_run's group=None: the run's config group if known
 
 

@@ -52,7 +52,12 @@ import numpy as np
 
 from sgpo_jax.config import defaults as default_config
 from sgpo_jax.scaling_law.calibration import CalibrationSet
-from sgpo_jax.scaling_law.early_stop import below_peak, bound_within, due_fractions
+from sgpo_jax.scaling_law.early_stop import (
+  STOP_CALIBRATION_PATH,
+  below_peak,
+  bound_within,
+  due_fractions,
+)
 from studies.scaling_law import calibrate as cal
 from studies.scaling_law import stop_transfer as transfer
 
@@ -243,10 +248,10 @@ def main(argv: list[str] | None = None) -> int:
                       help='trajectories JSON files or run folders it is tested on')
   parser.add_argument('--reference-calibration', type=Path, default=None, metavar='JSON',
                       help="the trainer's current calibration set, for the reference row "
-                           '(default: the shipped stop_calibration_runs.json)')
+                           '(default: the shipped stop_calibration_runs.json.xz)')
   parser.add_argument('--write-calibration', type=Path, default=None, metavar='JSON',
                       help="write the design runs' calibration set (what ships as "
-                           'sgpo_jax/scaling_law/stop_calibration_runs.json)')
+                           'sgpo_jax/scaling_law/stop_calibration_runs.json.xz)')
   parser.add_argument('--out', type=Path, required=True)
   parser.add_argument('--seed', type=int, default=0, help='bootstrap seed')
   parser.add_argument('--design-cache', type=Path, default=None, metavar='JSON',
@@ -274,8 +279,7 @@ def main(argv: list[str] | None = None) -> int:
   if shared:
     parser.error(f'seeds {shared} are in both --design and --test: the test must use seeds '
                  'the design never saw')
-  reference_path = args.reference_calibration or (
-      REPO / 'sgpo_jax' / 'scaling_law' / 'stop_calibration_runs.json')
+  reference_path = args.reference_calibration or STOP_CALIBRATION_PATH
   reference = CalibrationSet.load(reference_path)
   rng = np.random.default_rng(args.seed)
   pools = seed_pools(design, args.config_scores_min)
@@ -370,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
                          for r, o in zip(test, current_outcomes)]}
   args.out.mkdir(parents=True, exist_ok=True)
   if args.write_calibration:
-    args.write_calibration.write_text(shipped.to_json())
+    shipped.save(args.write_calibration)
   for half in ('design', 'test'):
     for block in result.get(half, {}).values():
       if isinstance(block, dict) and 'worst_runs' in block:

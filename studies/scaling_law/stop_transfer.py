@@ -273,7 +273,7 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
                      else 'Added after the test (not in the plan)')
                 + ': the chosen setting as the trainer '
                 'runs it (`early_stop.BoundStopper`, rule `bound`, fed the run\'s metrics rows '
-                'in turn with `sgpo_jax/scaling_law/stop_calibration_runs.json`, the design '
+                'in turn with `sgpo_jax/scaling_law/stop_calibration_runs.json.xz`, the design '
                 'runs, and its regime\'s FLOPs budget, so the run length is projected from the '
                 'FLOPs per step so far): it decides at the first reading at or after each '
                 'fraction, forecasting from every reading so far, where the replay above takes '
@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument('--write-calibration', type=Path, default=None, metavar='JSON',
                       help="also write the design runs' calibration set for the trainer's "
                            'rule bound (the shipped one: sgpo_jax/scaling_law/'
-                           'stop_calibration_runs.json)')
+                           'stop_calibration_runs.json.xz)')
   parser.add_argument('--trainer-in-plan', action='store_true',
                       help="the trainer replay is one of the plan's measures (says so in the "
                            'report; the second fresh test added it after the test)')
@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
                         for r, o in zip(test, chosen_outcomes or [])]}
   args.out.mkdir(parents=True, exist_ok=True)
   if args.write_calibration:
-    args.write_calibration.write_text(shipped.to_json())
+    shipped.save(args.write_calibration)
   for half in ('design', 'test'):
     for key in ('chosen_summary', 'nested', 'plan_summary', 'trend_summary', 'trainer_summary',
                 'trainer_actual_length_summary', 'trainer_config_out_summary'):

@@ -2,12 +2,13 @@
 from run folders or trajectories files (sgpo_jax/scaling_law/calibration_set.py)."""
 
 import json
+import lzma
 from pathlib import Path
 
 import pytest
 
 from sgpo_jax.scaling_law import __main__ as cli
-from sgpo_jax.scaling_law.calibration import CalibrationSet
+from sgpo_jax.scaling_law.calibration import CalibrationSet, read_json_text
 from sgpo_jax.scaling_law.early_stop import STOP_CALIBRATION_PATH
 from sgpo_jax.scaling_law.runs import write_synthetic_run
 
@@ -56,6 +57,20 @@ def test_a_stop_set_holds_eval_checkpoints_every_005_from_03_to_08_fraction_majo
   assert all(r.curve is None and r.form is None for r in records)  # no forms fitted
 
 
+def test_a_set_or_trajectories_file_named_xz_is_written_and_read_compressed(tmp_path):
+  dirs = _runs(tmp_path, seeds=(0,))
+  plain, packed, dumped = (tmp_path / n for n in ('set.json', 'set.json.xz', 'runs.json.xz'))
+  assert cli.main(['calibrate-set', *dirs, '--out', str(plain), '--source', 's']) == 0
+  assert cli.main(['calibrate-set', *dirs, '--out', str(packed), '--source', 's',
+                   '--dump-trajectories', str(dumped)]) == 0
+  assert lzma.decompress(packed.read_bytes()).decode() == plain.read_text()
+  # A set is named by the JSON it holds, compressed or not.
+  assert CalibrationSet.load(packed).source == CalibrationSet.load(plain).source == 'set.json'
+  replayed = tmp_path / 'replayed.json'
+  assert cli.main(['calibrate-set', str(dumped), '--out', str(replayed), '--source', 's']) == 0
+  assert replayed.read_text() == plain.read_text()
+
+
 def test_extending_a_base_keeps_its_rule_and_refuses_a_run_it_already_holds(tmp_path, capsys):
   first, second = _runs(tmp_path, seeds=(0,)), _runs(tmp_path, seeds=(1,))
   base = tmp_path / 'base.json'
@@ -92,10 +107,11 @@ def test_bad_inputs_are_named_before_anything_is_written(tmp_path, capsys):
 
 
 def test_the_shipped_stop_set_is_rebuilt_byte_for_byte_from_its_80_design_runs(tmp_path):
-  # The design runs' trajectories (seeds 5-9 of the comparison arms) are kept as a fixture.
-  shipped = STOP_CALIBRATION_PATH.read_text()
+  # The design runs' trajectories (seeds 5-9 of the comparison arms) are kept as a fixture;
+  # both files are stored xz-compressed: the JSON they hold is compared.
+  shipped = read_json_text(STOP_CALIBRATION_PATH)
   out = tmp_path / 'stop.json'
-  assert cli.main(['calibrate-set', str(FIXTURES / 'stop_design_trajectories.json'),
+  assert cli.main(['calibrate-set', str(FIXTURES / 'stop_design_trajectories.json.xz'),
                    '--kind', 'stop', '--out', str(out),
                    '--source', json.loads(shipped)['source']]) == 0
   assert out.read_text() == shipped

@@ -29,6 +29,6 @@ python -m sgpo_jax.compare report --regimes paper_like \
   --arms grpo,dapo,greso,dapo_g4,sgpo_bayes,sgpo_bayes_pooled,sgpo_bayes_priority --seeds 0-2 \
   --runs-dir "$RUNS" --results-dir "$HERE/paper_like" --note "$NOTE"
 # The scaling-law study on these runs alone (leave-one-run-out within this machine's runs; the
-# CLI calibration set in sgpo_jax/scaling_law/calibration_runs.json is left as it is):
+# CLI calibration set in sgpo_jax/scaling_law/calibration_runs.json.xz is left as it is):
 python -m studies.scaling_law.calibrate $(ls -d "$RUNS"/*/*_seed*) \
   --out "$HERE" --stem scaling_law_calibrated

@@ -17,7 +17,7 @@ RESULTS=studies/scaling_law/results
 REL=$RESULTS/scaling_law_fresh_seeds15-24  # relative paths: reports quote their command
 PLAN=$REL/PLAN.md
 FRESH="$RESULTS/scaling_law_fresh/trajectories.json $RESULTS/scaling_law_fresh_seeds10-14/trajectories.json"
-SHIPPED=sgpo_jax/scaling_law/calibration_runs.json
+SHIPPED=sgpo_jax/scaling_law/calibration_runs.json.xz
 EXTENDED=/tmp/calibration_runs_seeds0-14.json  # a fixed path: reports name it
 # 1. The change under test: the shipped set extended with the seeds 5-14 runs, and the plan's
 #    design evidence (runs already seen).

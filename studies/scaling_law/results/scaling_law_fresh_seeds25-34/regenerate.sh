@@ -26,8 +26,8 @@ CANDIDATE=/tmp/calibration_runs_seeds0-24_k9.json  # a fixed path: reports name 
 #    config (>= 9 scores), and the plan's design evidence (runs already seen).
 python -m studies.scaling_law.extend_calibration --trajectories $FRESH \
   --base "$BASE" --out "$CANDIDATE" --pool-check "$REL/pool_check.md" --config-scores-min 9
-# The candidate met the plan's rule and ships as the CLI's set: the same bytes.
-cmp "$CANDIDATE" sgpo_jax/scaling_law/calibration_runs.json
+# The candidate met the plan's rule and ships as the CLI's set: the same bytes, xz-compressed.
+xz -dc sgpo_jax/scaling_law/calibration_runs.json.xz | cmp "$CANDIDATE" -
 # 2. The CLI on the new runs, with the candidate and (reference) the seeds 0-4 set:
 #    (a) seeds 25-29, all 16 configs; (b) seeds 25-34, the sGPO and GRPO configs.
 for SET in candidate previous; do

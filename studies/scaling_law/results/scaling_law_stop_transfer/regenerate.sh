@@ -29,4 +29,4 @@ rm "$RESULTS/scaling_law_fresh_seeds5-14/trajectories.json"  # the two files abo
 # 3. Rule 'bound' chosen on seeds 5-9, tested on seeds 10-14.
 python -m studies.scaling_law.stop_transfer --design "$FIRST" \
   --test "$NEW/trajectories.json" --out "$HERE" \
-  --write-calibration sgpo_jax/scaling_law/stop_calibration_runs.json
+  --write-calibration sgpo_jax/scaling_law/stop_calibration_runs.json.xz
