@@ -325,7 +325,7 @@ def test_make_allocator_dispatches_on_method():
   assert allocators.allocator_class('dapo').profile_settled(config) is None
   config.method = 'ppo'
   with pytest.raises(ValueError, match=r"config.method='ppo' is not one of "
-                     r"\('dapo', 'greso', 'grpo', 'knapsack', 'sgpo', 'sgpo_bayes'\)"):
+                     r"\('dapo', 'greso', 'grpo', 'knapsack', 'sgpo', 'sgpo_bayes', 'sgpo_select'\)"):
     allocators.make_allocator(config, 12)
 
 

@@ -340,6 +340,18 @@ INTENDED_CHANGES = {
     # chat models; both off ('') by default.
     'model.pretrained': '',
     'data.question_template': '',
+    # Issue 53: the selection-before-sampling allocator's section (a new registered method).
+    'sgpo_select.group_sizes': (2, 4),
+    'sgpo_select.prior_alpha': 0.5,
+    'sgpo_select.prior_beta': 0.5,
+    'sgpo_select.pooled_prior': 'pool',
+    'sgpo_select.pooled_prior_strength': 1.0,
+    'sgpo_select.pooled_max_concentration': 8.0,
+    'sgpo_select.forget': 0.9,
+    'sgpo_select.signal_exponent': 1.0,
+    'sgpo_select.explore_rows': 8,
+    'sgpo_select.max_rounds': 4,
+    'sgpo_select.train_cost_per_row': 0.0,
 }
 
 
