@@ -78,9 +78,10 @@ ARM_NOTES = {
     'sgpo_bayes_g24': 'sgpo_bayes with G in {2, 4}: the default config (recommended)',
     'sgpo_select': ('sgpo_select: each round rolls out the prompts and G whose Thompson draws '
                     'from the posterior promise the most informative rows per row, from the '
-                    'whole pool (evidence forgotten by 0.9 per step, pooled prior for unseen '
-                    'prompts, 8 rows per round for the prompts sampled longest ago), then '
-                    'drops all-equal groups and refills as DAPO'),
+                    'whole pool (an empirical-Bayes prior per difficulty level for unseen '
+                    'prompts, evidence forgotten by 0.9 per step, 8 rows per round for the '
+                    'prompts sampled longest ago), then drops all-equal groups and refills '
+                    'as DAPO'),
 }
 
 # Smoke mode: the tiny model of tests/test_train.py, a few steps, one seed. The budget ends

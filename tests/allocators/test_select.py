@@ -160,7 +160,7 @@ def test_exploration_floor_reaches_every_prompt():
 
 
 def test_pooled_prior_prices_unseen_prompts_from_the_seen_ones():
-  alloc = make(num_queries=8)
+  alloc = make(num_queries=8)  # no difficulties given: 'auto' pools the whole pool
   st = alloc.state
   st.succ[:4], st.fail[:4] = 4.0, 0.0  # four seen prompts, all solved
   a_Q, b_Q = alloc.posterior()
@@ -170,6 +170,20 @@ def test_pooled_prior_prices_unseen_prompts_from_the_seen_ones():
   flat.state.succ[:4] = 4.0
   a_Q, b_Q = flat.posterior()
   assert (a_Q[7], b_Q[7]) == (0.5, 0.5)
+
+
+def test_auto_prior_is_per_difficulty_level_when_the_queries_have_one():
+  levels = [1, 1, 1, 1, 2, 2, 2, 2]
+  alloc = SelectAllocator(8, 16, SelectSettings(), strata=levels)
+  alloc.state.succ[:3] = 4.0  # level 1: three seen prompts, all solved
+  alloc.state.fail[4:7] = 4.0  # level 2: three seen prompts, all failed
+  a_Q, b_Q = alloc.posterior()
+  assert a_Q[3] / (a_Q[3] + b_Q[3]) > 0.75 > 0.25 > a_Q[7] / (a_Q[7] + b_Q[7])
+  # Without levels, one prior for all: both unseen prompts start at the same place.
+  pooled = SelectAllocator(8, 16, SelectSettings(), strata=[None] * 8)
+  pooled.state.succ[:3], pooled.state.fail[4:7] = 4.0, 4.0
+  a_Q, b_Q = pooled.posterior()
+  assert (a_Q[3], b_Q[3]) == (a_Q[7], b_Q[7])
 
 
 def test_forgetting_between_steps():

@@ -344,7 +344,7 @@ INTENDED_CHANGES = {
     'sgpo_select.group_sizes': (2, 4),
     'sgpo_select.prior_alpha': 0.5,
     'sgpo_select.prior_beta': 0.5,
-    'sgpo_select.pooled_prior': 'pool',
+    'sgpo_select.pooled_prior': 'auto',
     'sgpo_select.pooled_prior_strength': 1.0,
     'sgpo_select.pooled_max_concentration': 8.0,
     'sgpo_select.forget': 0.9,

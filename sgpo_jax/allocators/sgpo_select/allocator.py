@@ -6,9 +6,12 @@ all-correct or all-wrong, then drops them as DAPO does. Here each round chooses 
 whole pool (math in `selection.py`, the Beta posterior in `allocators/beta.py`):
 
 1. Posterior per prompt: successes / failures of every sample it was given, on top of an
-   empirical-Bayes prior shared by the pool (`pooled_prior`: 'pool', 'difficulty' or 'none'),
-   so a prompt nobody has rolled out is priced at what unseen prompts have turned out to be
-   (in a mostly-solved pool: mostly trivial), not at an optimistic flat prior. The evidence
+   empirical-Bayes prior shared by the prompts of its difficulty level (`pooled_prior`:
+   'auto' = per level when the queries have a difficulty, else one for the pool), so a
+   prompt nobody has rolled out is priced at what the rolled-out prompts of its level have
+   turned out to be (a mastered level: trivial; the frontier level: mixed), not at a flat
+   prior. The level carries most of what can be known before sampling: a prompt's own
+   history goes stale fast, since a group that trained on it moves its p. The evidence
    decays by `forget` per training step: the policy moves, and a prompt unsolved 30 steps
    ago may not be now.
 2. Value of a group of G rollouts of prompt q: 1 - p^G - (1-p)^G (the chance it is not
@@ -67,7 +70,8 @@ class SelectSettings(AllocatorSettings):
   group_sizes: tuple[int, ...] = (2, 4)  # candidate G; rows_per_batch must be a multiple of each
   prior_alpha: float = 0.5  # base Beta prior (Jeffreys); the pooled prior is built on it
   prior_beta: float = 0.5
-  pooled_prior: str = 'pool'  # 'pool' | 'difficulty' | 'none' (see the module docstring)
+  # 'auto' (difficulty when the queries have one, else pool) | 'difficulty' | 'pool' | 'none'
+  pooled_prior: str = 'auto'
   pooled_prior_strength: float = 1.0  # the base prior counts as this many seen prompts
   pooled_max_concentration: float = 8.0  # a pooled prior is worth at most this many samples
   forget: float = 0.9  # evidence kept per training step (1: never forget)
@@ -83,9 +87,10 @@ class SelectSettings(AllocatorSettings):
     require(self.prior_alpha > 0 and self.prior_beta > 0,
             f'sgpo_select.prior_alpha={self.prior_alpha} and prior_beta={self.prior_beta} '
             'must be > 0 (e.g. 0.5, the Jeffreys prior).')
-    require(self.pooled_prior in ('none', 'difficulty', 'pool'),
-            f"sgpo_select.pooled_prior={self.pooled_prior!r} must be 'pool' (one empirical-"
-            "Bayes prior for the pool), 'difficulty' (one per difficulty level) or 'none'.")
+    require(self.pooled_prior in ('auto', 'none', 'difficulty', 'pool'),
+            f"sgpo_select.pooled_prior={self.pooled_prior!r} must be 'auto' (per difficulty "
+            "level when the queries have one, else one for the pool), 'difficulty', 'pool' "
+            "or 'none' (every prompt starts at the base prior).")
     require(self.pooled_prior_strength >= 0,
             f'sgpo_select.pooled_prior_strength={self.pooled_prior_strength} must be >= 0.')
     require(self.pooled_max_concentration >= 0.5,
@@ -298,12 +303,16 @@ class SelectAllocator(Allocator):
 
 def _strata(mode: str, strata: Any, num_queries: int) -> np.ndarray | None:
   """int64 [Q] stratum ids for pooled_prior ('pool': one; 'difficulty': one per distinct
-  difficulty, queries without one together), None for 'none'."""
+  difficulty, queries without one together; 'auto': 'difficulty' when some query has one,
+  else 'pool'), None for 'none'."""
+  values = list(strata) if strata is not None else []
+  if mode == 'auto':
+    has_level = len(values) == num_queries and any(v is not None for v in values)
+    mode = 'difficulty' if has_level else 'pool'
   if mode == 'none':
     return None
   if mode == 'pool':
     return np.zeros(num_queries, np.int64)
-  values = list(strata) if strata is not None else []
   if len(values) != num_queries or all(v is None for v in values):
     raise ValueError(f"sgpo_select.pooled_prior='difficulty' needs a difficulty per training "
                      f'query ({num_queries}; got {len(values)}, '
