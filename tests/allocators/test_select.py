@@ -9,6 +9,7 @@ import pytest
 
 from sgpo_jax import allocators
 from sgpo_jax.allocators import Rollout
+from sgpo_jax.allocators.sgpo_select import allocator as allocator_module
 from sgpo_jax.allocators.sgpo_select import selection
 from sgpo_jax.allocators.sgpo_select.allocator import SelectAllocator, SelectSettings
 from sgpo_jax.config import defaults as default_config
@@ -212,6 +213,19 @@ def test_resume_is_exact():
     np.testing.assert_array_equal(x.layout.row_query_index_R, y.layout.row_query_index_R)
     np.testing.assert_array_equal(x.rollout.rewards_R, y.rollout.rewards_R)
   assert a.summary() == c.summary()
+
+
+def test_a_step_rolls_out_even_when_no_draw_values_a_group(monkeypatch):
+  # Draws at exactly 1 (all value 0) and no exploration rows: the first round falls back to
+  # the longest-unsampled prompts at the smallest G instead of building an empty batch.
+  alloc = make(num_queries=16, explore_rows=0)
+  class OnesDraw:
+    def beta(self, a, b):
+      return np.ones(np.shape(a))
+  monkeypatch.setattr(allocator_module, 'stream_rng', lambda *keys: OnesDraw())
+  batches, calls = run(alloc, pool(16, coins=()), 1)
+  assert calls == [('rollout', 16)]
+  assert alloc.state.times_sampled.sum() == 8  # eight prompts at G=2
 
 
 def test_settings_refuse_bad_values_by_name():

@@ -205,6 +205,13 @@ class SelectAllocator(Allocator):
                  * np.asarray(sizes, np.float64) ** cfg.signal_exponent)
     query, group = selection.greedy_fill(value_QxS, sizes,
                                          self.rows_per_batch - explore_Q.size * max_g, ok_Q)
+    if query.size + explore_Q.size == 0 and round_index == 0:
+      # No group is worth anything to the draws (every draw at exactly 0 or 1) and no
+      # exploration rows: a step still needs one round, so the longest-unsampled prompts
+      # fill it at the smallest G.
+      query = selection.least_recent(st.last_step, ok_Q, self.rows_per_batch // sizes[0],
+                                     self.explore_rank_Q)
+      group = np.full(query.size, sizes[0], np.int32)
     plan = BatchPlan(np.concatenate([query, explore_Q]).astype(np.int64),
                      np.concatenate([group, np.full(explore_Q.size, max_g, np.int32)]),
                      'select')
