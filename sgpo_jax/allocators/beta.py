@@ -8,11 +8,14 @@ the posterior, is
     P_inf(a, b, G) = 1 - E[p^G] - E[(1-p)^G],
     E[p^G] = B(a + G, b) / B(a, b) = prod_{i<G} (a + i) / (a + b + i).
 
-`pooled_prior` is the empirical-Bayes prior a prompt nobody has rolled out starts from.
+`pooled_prior` is the empirical-Bayes prior a prompt nobody has rolled out starts from, per
+stratum (`stratum_ids`: the pool, or its difficulty levels).
 Pure numpy functions, pinned by hand-computed tests (tests/allocators/test_beta.py).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -102,3 +105,30 @@ def pooled_prior(succ_Q, fail_Q, stratum_Q, prior_alpha: float, prior_beta: floa
   none = k_S == 0  # exactly the base prior (no rounding through the moments)
   a_S[none], b_S[none] = prior_alpha, prior_beta
   return a_S, b_S
+
+
+def stratum_ids(mode: str, strata: Any, num_queries: int, section: str) -> np.ndarray | None:
+  """int64 [Q] stratum ids for a pooled prior, None for mode 'none'.
+
+  'pool': one stratum. 'difficulty': one per distinct value of `strata` (the queries'
+  `difficulty` field; queries without one, None, share a stratum of their own). 'auto':
+  'difficulty' when some query has a difficulty, else 'pool'. `section` names the config
+  section in the error ('sgpo_bayes', 'sgpo_select')."""
+  values = list(strata) if strata is not None else []
+  if mode == 'auto':
+    mode = ('difficulty' if len(values) == num_queries and any(v is not None for v in values)
+            else 'pool')
+  if mode == 'none':
+    return None
+  if mode == 'pool':
+    return np.zeros(num_queries, np.int64)
+  if len(values) != num_queries:
+    raise ValueError(f"{section}.pooled_prior='difficulty' needs one difficulty per "
+                     f'training query ({num_queries}); got {len(values)}')
+  if all(v is None for v in values):
+    raise ValueError(f"{section}.pooled_prior='difficulty' but no training query has a "
+                     "difficulty (add a 'difficulty' column to the data, or set "
+                     f"{section}.pooled_prior='pool' to pool over the whole pool)")
+  keys = sorted({v for v in values if v is not None})
+  index = {v: i for i, v in enumerate(keys)}
+  return np.array([index[v] if v is not None else len(keys) for v in values], np.int64)

@@ -1,21 +1,17 @@
 """Tests for sgpo_jax/allocators/sgpo_select/: hand-computed selection math, the allocator's
 choice from the whole pool, its exploration floor, filled share and exact resume."""
 
-import hashlib
 import json
 
 import numpy as np
 import pytest
 
 from sgpo_jax import allocators
-from sgpo_jax.allocators import Rollout
 from sgpo_jax.allocators.sgpo_select import allocator as allocator_module
 from sgpo_jax.allocators.sgpo_select import selection
 from sgpo_jax.allocators.sgpo_select.allocator import SelectAllocator, SelectSettings
 from sgpo_jax.config import defaults as default_config
-
-TRIVIAL, UNSOLVED, COIN = 'trivial', 'unsolved', 'coin'
-
+from tests.allocators.test_bayes_allocator import COIN, TRIVIAL, UNSOLVED, fake_rollout
 
 # -- selection.py ------------------------------------------------------------------------
 
@@ -65,25 +61,6 @@ def test_forget_and_least_recent():
 
 
 # -- the allocator -------------------------------------------------------------------------
-
-
-def fake_rollout(alloc, kinds, calls):
-  """Rewards by prompt kind: trivial 1, unsolved 0, coin a fixed pseudo-random 0/1 of
-  (query, row, step, round); records (category, valid rows) per call."""
-  def rollout_fn(layout, round_index=None, category='rollout'):
-    rewards = np.zeros(layout.rows_per_batch, np.float32)
-    for r in np.flatnonzero(layout.valid_R):
-      q = int(layout.row_query_index_R[r])
-      if kinds[q] == TRIVIAL:
-        rewards[r] = 1.0
-      elif kinds[q] == COIN:
-        key = f'{q}|{r}|{alloc.state.steps}|{round_index}'.encode()
-        rewards[r] = float(hashlib.sha256(key).digest()[0] % 2)
-    calls.append((category, int(layout.valid_R.sum())))
-    n = layout.rows_per_batch
-    return Rollout(np.zeros((n, 1), np.int32), np.zeros((n, 1), np.int32),
-                   np.zeros((n, 1), np.float32), rewards, layout.row_query_index_R)
-  return rollout_fn
 
 
 def make(num_queries=64, rows=16, seed=0, **overrides):
@@ -237,7 +214,7 @@ def test_settings_refuse_bad_values_by_name():
     SelectSettings(pooled_prior='x')
   with pytest.raises(ValueError, match='explore_rows=16 must be below'):
     make(rows=16, explore_rows=16)
-  with pytest.raises(ValueError, match="pooled_prior='difficulty' needs"):
+  with pytest.raises(ValueError, match="sgpo_select.pooled_prior='difficulty' but no"):
     SelectAllocator(4, 16, SelectSettings(pooled_prior='difficulty'), strata=[None] * 4)
 
 

@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from sgpo_jax.allocators import beta as beta_lib
 from sgpo_jax.allocators import rows as rows_lib
 from sgpo_jax.allocators.base import (
   Allocator,
@@ -232,7 +233,8 @@ class BayesAllocator(Allocator):
                seed: int = 0, strata: Any = None):
     if num_queries < 1:
       raise ValueError(f'num_queries={num_queries}: the training pool is empty')
-    self.stratum_Q = self._strata(settings.pooled_prior, strata, int(num_queries))
+    self.stratum_Q = beta_lib.stratum_ids(settings.pooled_prior, strata, int(num_queries),
+                                          BayesSettings.section)
     rows_lib.check_rows_per_batch(rows_per_batch, settings.group_sizes)
     self.num_queries = int(num_queries)
     self.rows_per_batch = int(rows_per_batch)
@@ -256,27 +258,6 @@ class BayesAllocator(Allocator):
     return cls(num_queries, int(config.train.rows_per_batch),
                BayesSettings.from_config(config.sgpo_bayes), int(config.seed), strata)
 
-  @staticmethod
-  def _strata(mode: str, strata: Any, num_queries: int) -> np.ndarray | None:
-    """int64 [Q] stratum ids 0..S-1 for pooled_prior, None when it is 'none'.
-
-    'pool': one stratum. 'difficulty': one per distinct value of `strata` (the queries'
-    `difficulty` field; queries without one, None, share a stratum of their own)."""
-    if mode == 'none':
-      return None
-    if mode == 'pool':
-      return np.zeros(num_queries, np.int64)
-    values = list(strata) if strata is not None else []
-    if len(values) != num_queries:
-      raise ValueError(f"sgpo_bayes.pooled_prior='difficulty' needs one difficulty per "
-                       f'training query ({num_queries}); got {len(values)}')
-    if all(v is None for v in values):
-      raise ValueError("sgpo_bayes.pooled_prior='difficulty' but no training query has a "
-                       "difficulty (add a 'difficulty' column to the data, or set "
-                       "sgpo_bayes.pooled_prior='pool' to pool over the whole pool)")
-    keys = sorted({v for v in values if v is not None})
-    index = {v: i for i, v in enumerate(keys)}
-    return np.array([index[v] if v is not None else len(keys) for v in values], np.int64)
 
   # -- posterior ------------------------------------------------------------------------
 

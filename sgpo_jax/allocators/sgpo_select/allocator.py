@@ -157,7 +157,8 @@ class SelectAllocator(Allocator):
     self.rows_per_batch = int(rows_per_batch)
     self.settings = settings
     self.seed = int(seed)
-    self.stratum_Q = _strata(settings.pooled_prior, strata, self.num_queries)
+    self.stratum_Q = beta_lib.stratum_ids(settings.pooled_prior, strata, self.num_queries,
+                                          SelectSettings.section)
     # Exploration ties (never-sampled prompts) in a fixed random order of the pool.
     self.explore_rank_Q = np.argsort(stream_rng(self.seed, _EXPLORE_ORDER_STREAM)
                                      .permutation(self.num_queries))
@@ -306,25 +307,3 @@ class SelectAllocator(Allocator):
         'explore_groups': st.explore_groups,
         'explore_informative_share': st.explore_informative / max(st.explore_groups, 1),
     }
-
-
-def _strata(mode: str, strata: Any, num_queries: int) -> np.ndarray | None:
-  """int64 [Q] stratum ids for pooled_prior ('pool': one; 'difficulty': one per distinct
-  difficulty, queries without one together; 'auto': 'difficulty' when some query has one,
-  else 'pool'), None for 'none'."""
-  values = list(strata) if strata is not None else []
-  if mode == 'auto':
-    has_level = len(values) == num_queries and any(v is not None for v in values)
-    mode = 'difficulty' if has_level else 'pool'
-  if mode == 'none':
-    return None
-  if mode == 'pool':
-    return np.zeros(num_queries, np.int64)
-  if len(values) != num_queries or all(v is None for v in values):
-    raise ValueError(f"sgpo_select.pooled_prior='difficulty' needs a difficulty per training "
-                     f'query ({num_queries}; got {len(values)}, '
-                     f'{sum(v is not None for v in values)} set): add a difficulty column to '
-                     "the data or set sgpo_select.pooled_prior='pool'")
-  keys = sorted({v for v in values if v is not None})
-  index = {v: i for i, v in enumerate(keys)}
-  return np.array([index[v] if v is not None else len(keys) for v in values], np.int64)
