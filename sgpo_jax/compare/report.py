@@ -1,6 +1,11 @@
 """The comparison's report: compare.json, compare.md (rendered from it) and one plot of the
 seed-mean accuracy curves per regime. Each regime's section ends with where the FLOPs went
-per arm (`where_flops_table`, from compare.json's `where_flops_go`)."""
+per arm (`where_flops_table`, from compare.json's `where_flops_go`).
+
+compare.json is written compact (`compact_results`, `dump_results`): no indentation, the
+per-arm accuracy curves rounded to 4 decimals and the FLOPs grid to 4 significant digits;
+the curves only draw the plots, so every number compare.md prints is the same as from the
+unrounded results. Every other number keeps its full precision."""
 
 from __future__ import annotations
 
@@ -190,12 +195,42 @@ def render(results: dict[str, Any]) -> str:
   return '\n'.join(lines)
 
 
+CURVE_DECIMALS = 4  # accuracy curves: 1e-4, finer than one problem of a 2560-problem eval
+GRID_DIGITS = 4  # the FLOPs grid's significant digits: points are 1.8% apart
+
+
+def _compact(value: Any, key: str = '', parent: str = '') -> Any:
+  curve = key == 'mean_curve' or (parent == 'band_curve' and key in ('lo', 'hi'))
+  if curve and isinstance(value, list):
+    return [None if v is None else round(v, CURVE_DECIMALS) for v in value]
+  if key == 'grid_flops' and isinstance(value, list):
+    return [float(f'{x:.{GRID_DIGITS}g}') for x in value]
+  if isinstance(value, dict):
+    return {k: _compact(v, k, key) for k, v in value.items()}
+  return value
+
+
+def compact_results(results: dict[str, Any]) -> dict[str, Any]:
+  """compare.json's dict as written: every `grid_flops` to GRID_DIGITS significant digits and
+  every `mean_curve` and `band_curve` to CURVE_DECIMALS decimals (they only draw the plots);
+  everything else as it is. Idempotent."""
+  return _compact(results)
+
+
+def dump_results(results: dict[str, Any], path: str) -> None:
+  """Writes compare.json compact: `compact_results`, no indentation, one trailing newline."""
+  with open(path, 'w') as f:
+    json.dump(compact_results(results), f, separators=(',', ':'))
+    f.write('\n')
+
+
 def write_results(results: dict[str, Any], results_dir: str) -> None:
+  """compare.json (compact), and compare.md and the plots from what compare.json holds."""
+  results = compact_results(results)
   os.makedirs(os.path.join(results_dir, 'plots'), exist_ok=True)
   for name, block in results['regimes'].items():
     plot_regime(name, block, os.path.join(results_dir, 'plots', f'compare_{name}.png'))
-  with open(os.path.join(results_dir, 'compare.json'), 'w') as f:
-    json.dump(results, f, indent=1)
+  dump_results(results, os.path.join(results_dir, 'compare.json'))
   with open(os.path.join(results_dir, 'compare.md'), 'w') as f:
     f.write(render(results))
 

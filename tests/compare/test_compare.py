@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from sgpo_jax import tasks, train
-from sgpo_jax.compare import analysis, arms, runner
+from sgpo_jax.compare import analysis, arms, report, runner
 from sgpo_jax.config import defaults as default_config
 from tests.test_train import coin_flip_reward, read_jsonl, tiny_run_config
 
@@ -551,7 +551,13 @@ def test_cli_report_writes_the_compare_files_from_finished_runs_and_names_bad_ar
   args = ['--regimes', 'paper_like', '--arms', 'grpo,dapo', '--seeds', '0-1', '--runs-dir',
           str(tmp_path / 'runs'), '--results-dir', str(out), '--bootstrap', '50']
   assert cli.main(['report'] + args) == 0
-  results = json.loads((out / 'compare.json').read_text())
+  text = (out / 'compare.json').read_text()
+  results = json.loads(text)
+  # Compact: one line, curves to 4 decimals; compare.md is rendered from what it holds.
+  assert text.count('\n') == 1 and text.endswith('}\n')
+  assert all(v is None or round(v, 4) == v for v in
+             results['regimes']['paper_like']['arms']['dapo']['mean_curve'])
+  assert (out / 'compare.md').read_text() == report.render(results)
   assert results['command'] == 'python -m sgpo_jax.compare report ' + ' '.join(args)
   block = results['regimes']['paper_like']
   assert set(block['arms']) == {'grpo', 'dapo'} and block['epochs_grpo'] == 10 * 8 / 640
@@ -565,6 +571,26 @@ def test_cli_report_writes_the_compare_files_from_finished_runs_and_names_bad_ar
   assert cli.main(['report', '--regimes', 'default', '--runs-dir', str(tmp_path / 'runs'),
                    '--results-dir', str(tmp_path / 'none')]) == 1
   assert 'no finished GRPO run' in capsys.readouterr().err
+
+
+def test_compact_results_rounds_the_curves_and_the_grid_only():
+  arm = {'mean_curve': [0.123456, None], 'band_curve': {'lo': [0.11116], 'hi': [0.99999]},
+         'auc': 0.123456789, 'final_accuracy': {'mean': 0.123456789, 'per_seed': [0.1234567]},
+         'ratio_vs_dapo': {'point': 1.23456789, 'ci95': [0.123456789, None]}}
+  results = {'command': 'x', 'regimes': {'r': {
+      'grid_flops': [0.0, 123456789.0], 'target_accuracy': 0.123456789, 'arms': {'a': arm},
+      'head_to_head': {'lo': 0.123456789}}}}
+  out = report.compact_results(results)
+  block = out['regimes']['r']
+  assert block['grid_flops'] == [0.0, 123500000.0]
+  assert block['arms']['a']['mean_curve'] == [0.1235, None]
+  assert block['arms']['a']['band_curve'] == {'lo': [0.1112], 'hi': [1.0]}
+  # Every number compare.md prints is left as it was ('lo' outside band_curve included).
+  for key in ('auc', 'final_accuracy', 'ratio_vs_dapo'):
+    assert block['arms']['a'][key] == arm[key]
+  assert block['target_accuracy'] == 0.123456789 and block['head_to_head'] == {'lo': 0.123456789}
+  assert report.compact_results(out) == out and results['regimes']['r']['arms']['a'] is arm
+  assert arm['mean_curve'] == [0.123456, None]  # the input is not changed
 
 
 def test_head_to_head_on_hand_made_finals_and_curves():

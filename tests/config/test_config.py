@@ -290,7 +290,8 @@ def test_defaults_equal_the_snapshot_of_commit_09e509c():
   defaults.py and the regimes lived there) value for value and type for type; the snapshot
   is written by tests/fixtures/make_config_snapshot.py from that commit's file."""
   import json
-  with open(os.path.join(REPO, 'tests', 'fixtures', 'config_09e509c.json')) as f:
+  import lzma
+  with lzma.open(os.path.join(REPO, 'tests', 'fixtures', 'config_09e509c.json.xz'), 'rt') as f:
     snapshot = json.load(f)['configs']
   assert '' in snapshot and 'regime=paper_like' in snapshot
   for arg, expected in snapshot.items():

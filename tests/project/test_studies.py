@@ -134,3 +134,43 @@ def test_readme_quotes_the_real_job_result_file():
   config = smollm2_135m_arith.get_config()
   assert (config.train.num_steps, config.data.num_eval) == (40, result['num_eval'])
   assert result['command'] in readme
+
+
+def test_results_archive_round_trips_with_fixed_bytes(tmp_path):
+  """`add` then `unpack` gives the files back at their paths; the same files give the same
+  archive bytes; a file that differs from its archived copy is left unless forced."""
+  from studies import results_archive
+  root = tmp_path / 'repo'
+  (root / 'study' / 'a').mkdir(parents=True)
+  (root / 'study' / 'a' / 'results.md').write_text('# a\n')
+  (root / 'study' / 'b.json').write_text('{"x": 1}\n')
+  paths = [str(root / 'study' / 'b.json'), str(root / 'study' / 'a' / 'results.md')]
+  one, two = tmp_path / 'one.tar.xz', tmp_path / 'two.tar.xz'
+  assert results_archive.add(str(one), paths, root=str(root)) == 2
+  results_archive.add(str(two), paths[::-1], root=str(root))
+  assert one.read_bytes() == two.read_bytes()
+  assert results_archive.read_archive(str(one)) == {'study/a/results.md': b'# a\n',
+                                                     'study/b.json': b'{"x": 1}\n'}
+  out = tmp_path / 'out'
+  (out / 'study').mkdir(parents=True)
+  (out / 'study' / 'b.json').write_text('changed\n')
+  assert results_archive.unpack(str(one), root=str(out)) == ['study/b.json']
+  assert (out / 'study' / 'a' / 'results.md').read_text() == '# a\n'
+  assert (out / 'study' / 'b.json').read_text() == 'changed\n'
+  assert results_archive.unpack(str(one), root=str(out), force=True) == []
+  assert (out / 'study' / 'b.json').read_text() == '{"x": 1}\n'
+  with pytest.raises(ValueError, match='outside'):
+    results_archive.add(str(one), [str(tmp_path / 'one.tar.xz')], root=str(root))
+
+
+def test_study_archives_hold_the_reports_the_tree_no_longer_keeps():
+  """Each study's results.tar.xz holds paths from the repository root under the study's
+  folder; a report the README quotes stays in the tree, a machine dump is archived."""
+  from studies import results_archive
+  root = Path(__file__).resolve().parents[2]
+  for study in ('allocator_comparison', 'scaling_law'):
+    files = results_archive.read_archive(str(root / 'studies' / study / 'results.tar.xz'))
+    assert files and all(name.startswith(f'studies/{study}/') for name in files)
+  archived = results_archive.read_archive(str(root / 'studies/scaling_law/results.tar.xz'))
+  assert 'studies/scaling_law/results/scaling_law_calibrated_dense.md' in archived
+  assert 'studies/scaling_law/results/scaling_law_pooled/results.md' not in archived
