@@ -16,8 +16,8 @@ design, so the file keeps them apart:
   activation estimate from formulas, no compiler; peak_train / peak_sample are their sums.
 
 Also the model's parameter counts, the device budget, the commit, the load average before
-and after and the seconds it took. The README's notebook figures are quoted from the T4 file
-(tests/project/test_readme_numbers.py checks them).
+and after and the seconds it took. The notebook figures of docs/real_models.md are quoted
+from the T4 file (tests/project/test_readme_numbers.py checks them).
 """
 
 from __future__ import annotations

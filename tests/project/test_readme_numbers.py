@@ -1,7 +1,8 @@
-"""Every figure README.md quotes comes from a file in the repository that a script writes, and
-these tests hold the README to those files.
+"""Every figure README.md and the docs/ pages it links to (real_models.md, comparing.md,
+forecasting.md: sections moved out of the README) quote comes from a file in the repository
+that a script writes, and these tests hold those pages to those files.
 
-Each test names a README paragraph by its first words, renders from the results file the
+Each test names a paragraph of a page by its first words, renders from the results file the
 fragments the paragraph must contain, and then checks that no other number is left in the
 paragraph (`assert_quotes`): a figure typed by hand, or one left behind when its file
 changed, fails here. Numbers that are settings rather than measurements (a model's name, a
@@ -30,28 +31,34 @@ sys.path.insert(0, str(ROOT / 'benchmarks'))
 HEADLINE = ROOT / 'studies' / 'allocator_comparison' / 'headline'
 NUMBER = re.compile(r'\d+(?:\.\d+)?(?:e[+-]?\d+)?')
 CODE_OR_LINK = re.compile(r'`[^`]*`|\]\([^)]*\)')
+# Sections moved out of the README to pages it links to; their figures are checked there.
+REAL_MODELS = 'docs/real_models.md'
+COMPARING = 'docs/comparing.md'
+FORECASTING = 'docs/forecasting.md'
 
 
-def paragraph(start: str) -> str:
-  """The README paragraph (up to the next blank line) that begins with `start`, its line
-  breaks read as spaces."""
-  assert start in README, f'README.md has no paragraph starting {start!r}'
-  begin = README.index(start)
-  end = README.find('\n\n', begin)
-  return ' '.join(README[begin:end if end >= 0 else None].split())
+def paragraph(start: str, page: str = 'README.md') -> str:
+  """The paragraph of `page` (a path from the repository root; up to the next blank line)
+  that begins with `start`, its line breaks read as spaces."""
+  text = README if page == 'README.md' else (ROOT / page).read_text()
+  assert start in text, f'{page} has no paragraph starting {start!r}'
+  begin = text.index(start)
+  end = text.find('\n\n', begin)
+  return ' '.join(text[begin:end if end >= 0 else None].split())
 
 
-def assert_quotes(start: str, fragments: list[str], settings: tuple[str, ...] = ()) -> None:
+def assert_quotes(start: str, fragments: list[str], settings: tuple[str, ...] = (),
+                  page: str = 'README.md') -> None:
   """The paragraph holds every fragment, and every number in it is inside a fragment, a
   listed setting, or a code span or link target (a command or a path)."""
-  text = paragraph(start)
+  text = paragraph(start, page)
   for fragment in fragments:
-    assert fragment in text, f'README paragraph {start!r} should say {fragment!r}:\n{text}'
+    assert fragment in text, f'{page} paragraph {start!r} should say {fragment!r}:\n{text}'
   rest = text
   for known in sorted(set(fragments) | set(settings), key=len, reverse=True):
     rest = rest.replace(known, ' ')
   left = NUMBER.findall(CODE_OR_LINK.sub(' ', rest))
-  assert not left, (f'README paragraph {start!r} quotes {left} from no checked source; quote '
+  assert not left, (f'{page} paragraph {start!r} quotes {left} from no checked source; quote '
                     f'them from a results file (and add them here) or remove them:\n{rest}')
 
 
@@ -214,12 +221,13 @@ def test_lora_memory_table_is_docs_lora_memory_which_its_script_writes():
     if len(cells) == 8 and cells[0].startswith('Qwen2.5-'):
       totals.setdefault(cells[0].removeprefix('Qwen2.5-'), []).append(cells[-1])
   rows = [f"| {size} | {' | '.join(t)} |" for size, t in totals.items()]
-  assert_quotes('| Qwen2.5 | full | LoRA', rows, settings=('Qwen2.5', 'int8', 'nf4'))
+  assert_quotes('| Qwen2.5 | full | LoRA', rows, settings=('Qwen2.5', 'int8', 'nf4'),
+                page=REAL_MODELS)
   assert_quotes('`--config.model.lora_rank=16` trains', [
       f'at {lora_memory_table.ROWS} rows x {lora_memory_table.SEQ_LEN} tokens, '
       f'r={lora_memory_table.RANK}',
       'analytic, from the dry run\'s formulas, not compiled'],
-      settings=('int8', 'nf4', 'to 1e-4', 'bf16'))
+      settings=('int8', 'nf4', 'to 1e-4', 'bf16'), page=REAL_MODELS)
   assert 'np.testing.assert_allclose(merged, ours, atol=1e-4, rtol=1e-4)' in (
       ROOT / 'tests' / 'model' / 'test_lora.py').read_text()
 
@@ -245,7 +253,7 @@ def test_t4_figures_are_the_compiled_view_of_the_committed_dry_run():
       f"{compiled['train_step']['peak_gib']:.1f} GiB of the T4's {run['usable_gib']:.2f} usable",
       f"({model['trainable'] / 1e6:.1f}M of {model['params_total'] / 1e6:.0f}M parameters)",
       f'{len(rows)} shipped rows'],
-      settings=('Qwen2.5-0.5B-Instruct', 'Qwen2', 'T4', 'GSM8K'))
+      settings=('Qwen2.5-0.5B-Instruct', 'Qwen2', 'T4', 'GSM8K'), page=REAL_MODELS)
   assert run['backend'] == 'cpu'
 
 
@@ -266,7 +274,7 @@ def test_regimes_are_the_headline_file_and_the_histograms():
   assert_quotes('Regimes (`--config default:regime=NAME`)', [
       f'the same {eval_problems} held-out problems at the same '
       f'{len(regimes.REGIME_EVAL_FRACTIONS)} fractions of a {_e(budget)}-FLOPs budget',
-      f'{rows} rows per step'])
+      f'{rows} rows per step'], page=COMPARING)
   d, p, s = blocks['default'], blocks['paper_like'], blocks['small_pool']
   assert d['initial_accuracy'] == s['initial_accuracy']  # one warm start
   assert_quotes('| regime | initial policy | RL pool |', [
@@ -275,9 +283,10 @@ def test_regimes_are_the_headline_file_and_the_histograms():
       f"its own warm start ({100 * p['initial_accuracy']:.1f}%) | {p['rl_pool_size']} queries",
       f"{100 * hist['paper_like']['trivial_fraction']:.1f}% trivial, "
       f"{100 * hist['paper_like']['unsolved_fraction']:.1f}% unsolved",
-      f"first {s['rl_pool_size']} queries"], settings=('1-4 digits',))
+      f"first {s['rl_pool_size']} queries"], settings=('1-4 digits',), page=COMPARING)
   assert hist['paper_like']['trivial_threshold'] == 0.75
-  assert_quotes('Initial accuracies and pool sizes', ['(p̂ > 0.75)', '(p̂ = 0)'])
+  assert_quotes('Initial accuracies and pool sizes', ['(p̂ > 0.75)', '(p̂ = 0)'],
+                page=COMPARING)
 
 
 def test_headline_prose_is_the_headline_files():
@@ -369,4 +378,6 @@ def test_forecast_figures_are_the_pooled_study():
       f'({acc[6].split()[0]} "stays where it is") and the intervals held {acc[7].split()[0]}',
       f'mean error {reward[5].split()[0]} against a seed-noise floor of {noise[5]}',
       f'saved {stop[2].split()[0]} of steps on {stop[1]} held-out runs but lost up to '
-      f'{stop[4]} points (target 3)'])
+      f'{stop[4]} points (target 3)'], page=FORECASTING)
+  assert_quotes('`python -m sgpo_jax.scaling_law fit RUN` forecasts',  # the README's summary
+                ['first 30% of steps', 'a 90% interval'])
