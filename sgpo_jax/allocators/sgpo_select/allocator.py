@@ -226,8 +226,8 @@ class SelectAllocator(Allocator):
                      for q, g in zip(plan.query_index.tolist(), plan.group_size.tolist())])
 
   def _observe(self, plan: BatchPlan, rewards_R: np.ndarray, layout: rows_lib.RowLayout,
-               explore: int) -> np.ndarray:
-    """Evidence from one round; returns bool [P]: groups that are not all-equal."""
+               explore: int) -> None:
+    """Evidence and counters from one round (its last `explore` groups are exploration's)."""
     st = self.state
     raw_R = np.asarray(rewards_R, np.float64).reshape(-1)
     valid = np.flatnonzero(layout.valid_R)
@@ -244,10 +244,8 @@ class SelectAllocator(Allocator):
     st.train_groups += plan.num_prompts
     st.informative_groups += int(informative_P.sum())
     st.explore_groups += explore
-    st.explore_informative += int(informative_P[plan.num_prompts - explore:].sum()) if explore \
-        else 0
+    st.explore_informative += int(informative_P[plan.num_prompts - explore:].sum())
     st.train_rounds += 1
-    return informative_P
 
   def fill_batch(self, rollout_fn: RolloutFn) -> FilledBatch:
     """Rounds planned from the whole pool until the batch is filled or max_rounds ran."""
@@ -282,11 +280,11 @@ class SelectAllocator(Allocator):
     batch = builder.build()
     st.dropped_groups += batch.dropped_groups
     st.overflow_groups += batch.overflow_groups
-    st.filled_rows += self.rows_per_batch - int((~batch.layout.valid_R).sum())
+    st.filled_rows += batch.layout.num_valid_rows
     st.steps += 1
     info = dynamic_sampling.round_info(batch)
     info.update(train_rounds=batch.rounds, explore_groups=explored,
-                filled_share=1.0 - float((~batch.layout.valid_R).mean()))
+                filled_share=batch.layout.num_valid_rows / self.rows_per_batch)
     return FilledBatch('select', batch.layout, batch.gather_rollout(rounds), info)
 
   # -- reports ---------------------------------------------------------------------------
