@@ -1,4 +1,4 @@
-"""Writes the shipped copy of a config's warm start (sgpo_jax/warm_starts/<cache key>.*).
+"""Writes the shipped copy of a config's warm start (sgpo_jax/rl/warm_starts/<cache key>.*).
 
     python -m sgpo_jax.ship_warm_start --config-arg '' --config-arg regime=paper_like \
         --cache-dir /work/cruns/warm_start
@@ -32,7 +32,7 @@ def main() -> None:
   parser.add_argument('--config-arg', action='append', default=[],
                       help="default_config argument, e.g. '' or 'regime=paper_like'")
   parser.add_argument('--cache-dir', required=True, help='warm-start cache to restore from')
-  parser.add_argument('--out', default=None, help='default: sgpo_jax/warm_starts/')
+  parser.add_argument('--out', default=None, help='default: sgpo_jax/rl/warm_starts/')
   args = parser.parse_args()
   for arg in args.config_arg or ['']:
     config = default_config.get_config(arg)

@@ -146,7 +146,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.warm_start.batch_size = 64
   c.warm_start.learning_rate = 1e-3
   c.warm_start.schedule = 'constant'  # constant | cosine (decay to 0 over `steps`)
-  # True: where the package ships this warm start (sgpo_jax/warm_starts/, matched by cache
+  # True: where the package ships this warm start (sgpo_jax/rl/warm_starts/, matched by cache
   # key: the README run's and the regimes'), load it instead of training it, so every CPU
   # type starts RL from the reference machine's policy; False: always train (SFT).
   c.warm_start.shipped = True

@@ -123,7 +123,7 @@ def test_warm_start_and_job_shape_are_the_shipped_files_and_configs():
   from sgpo_jax.rl import warm_start
   config, paper = default.get_config(), sgpo_paper.get_config()
   shipped = warm_start.shipped_file(warm_start.cache_key(config))
-  sft = _json(Path(shipped[:-len('.safetensors')] + '.json'))
+  sft = _json(Path(warm_start.shipped_info_file(shipped)))
   groups = lambda g: '{' + ', '.join(map(str, g)) + '}'  # noqa: E731
   assert_quotes('The run starts from a tiny policy', [
       f"{sft['steps']} SFT steps, {sft['seconds']:.0f} s on the machine that built the shipped one",
@@ -336,6 +336,27 @@ def test_headline_prose_is_the_headline_files():
       HEADLINE / 'readme_table.py').read_text()
   assert 'seeds 60-64' in (ROOT / 'studies/allocator_comparison/README.md').read_text()
 
+
+
+def test_select_verdict_is_the_select_study_file():
+  blocks = _json(HEADLINE.parent / 'select' / 'compare.json')['regimes']
+  paper = blocks['paper_like']
+  h2h = paper['head_to_head']
+  assert (h2h['arm'], h2h['control']) == ('sgpo_select', 'dapo_g4')
+  go = {arm: paper['arms'][arm]['where_flops_go'] for arm in ('sgpo_select', 'dapo_g4')}
+  ratio, diff = h2h['flops_ratio_at_dapo_final'], h2h['final_accuracy_diff']
+  pts = lambda x: f'{100 * x:+.2f}'  # noqa: E731
+  assert h2h['verdict'] == 'does not separate'
+  assert blocks['small_pool']['head_to_head']['verdict'] == 'behind'
+  assert_quotes('**Choosing what to sample before sampling', [
+      f"{len(paper['arms']['sgpo_select']['seeds'])} seeds",
+      f"({100 * go['sgpo_select']['all_equal_share']:.1f}% all-equal groups against "
+      f"{100 * go['dapo_g4']['all_equal_share']:.1f}%",
+      f"fills {100 * go['sgpo_select']['filled_share']:.0f}% of its batches against "
+      f"{100 * go['dapo_g4']['filled_share']:.0f}%",
+      f"{ratio['point']:.2f}x [{ratio['ci95'][0]:.2f}, {ratio['ci95'][1]:.2f}]",
+      f"({pts(diff['point'])} points [{pts(diff['ci95'][0])}, {pts(diff['ci95'][1])}])",
+      'behind in small_pool'], settings=('G=4',))
 
 def test_tunix_speed_is_the_quiet_decode_file():
   run = _json(RESULTS / 'bench_tunix_decode_l4_quiet.json')

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import lzma
 import os
 import threading
 
@@ -11,6 +12,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 import pytest
+import safetensors.numpy
 
 from sgpo_jax import configs
 from sgpo_jax.config import defaults as default_config
@@ -114,7 +116,7 @@ def test_the_readme_run_and_every_regime_have_a_shipped_warm_start():
   for arg, loss in expected.items():
     path = warm_start.shipped_file(warm_start.cache_key(default_file.get_config(arg)))
     assert path is not None, f'no shipped warm start for {arg!r}'
-    with open(path[:-len('.safetensors')] + '.json') as f:
+    with open(warm_start.shipped_info_file(path)) as f:
       assert round(json.load(f)['final_loss'], 3) == loss, arg
   # Adapters attach after the (fully fine-tuned) warm start: LoRA settings keep the key.
   lora = default_file.get_config('')
@@ -174,9 +176,10 @@ def test_per_layer_checkpoints_load_stacked(tmp_path):
 def test_the_committed_shipped_warm_start_loads_into_the_stacked_layout():
   config = default_config.get_config('')
   path = warm_start.shipped_file(warm_start.cache_key(config))
-  loaded, _ = warm_start.load_shipped(path, _target(config))
-  from safetensors.numpy import load_file
-  flat = load_file(path)
+  loaded, info = warm_start.load_shipped(path, _target(config))
+  assert path.endswith('.safetensors.xz') and os.path.basename(path) == info['shipped_file']
+  with lzma.open(path) as f:
+    flat = safetensors.numpy.load(f.read())
   for i in range(config.model.n_layers):
     np.testing.assert_array_equal(np.asarray(loaded['layers']['attn']['q']['kernel'][i]),
                                   flat[f'layers_{i}/attn/q/kernel'])
