@@ -23,6 +23,8 @@ HEADLINE_REGIME, HEADLINE_ARM = 'paper_like', 'sgpo_bayes_g24'  # the recommende
 # The head-to-head that separates the posterior from "small G + dynamic sampling": the
 # recommended allocator against DAPO at the same small G.
 HEAD_TO_HEAD = ('sgpo_bayes_g24', 'dapo_g4')
+# Whose mean final accuracy is a regime's target: the first of these with a finished run.
+REFERENCES = ('grpo', 'dapo')
 
 # ----------------------------------------------------------------------------------------
 # Curves and the statistics (pure functions: tests/compare/test_compare.py)
@@ -174,7 +176,8 @@ def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = '
                    num_bootstrap: int = BOOTSTRAP, num_eval: int = 0,
                    pair: tuple[str, str] = HEAD_TO_HEAD) -> dict[str, Any]:
   """The comparison numbers of one regime from its finished runs ({arm: [workdir...]});
-  arms without a finished run are left out. Needs the reference arm."""
+  arms without a finished run are left out. Needs the reference arm (the target is its mean
+  final accuracy): GRPO, or DAPO in a regime that runs no GRPO (`analyse` picks)."""
   runs = {a: w for a, w in runs.items() if w}
   if reference not in runs:
     raise ValueError(f'no finished {reference} run: the target needs it')
@@ -221,7 +224,7 @@ def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = '
         'band_curve': {'lo': [_finite(v, nan=True) for v in np.nanmin(curves[arm], axis=0)],
                        'hi': [_finite(v, nan=True) for v in np.nanmax(curves[arm], axis=0)]},
     }
-    for ref, key in ((reference, 'ratio_vs_grpo'), ('dapo', 'ratio_vs_dapo')):
+    for ref, key in (('grpo', 'ratio_vs_grpo'), ('dapo', 'ratio_vs_dapo')):
       if ref in runs:
         reps = np.array([ratio(r, x) for r, x in zip(boot['flops'][ref], boot['flops'][arm])])
         a[key] = {'point': _finite(ratio(point[ref], point[arm]), nan=True),
@@ -235,13 +238,13 @@ def analyse_regime(runs: dict[str, list[str]], budget: float, reference: str = '
     if s[0].get('profile'):
       a['profile'] = s[0]['profile']
     out_arms[arm] = a
-  ref_wall = out_arms[reference]['wall_seconds']['mean']
+  ref_wall = out_arms['grpo']['wall_seconds']['mean'] if 'grpo' in out_arms else None
   for a in out_arms.values():
     a['wall_ratio_vs_grpo'] = a['wall_seconds']['mean'] / ref_wall if ref_wall else None
   initial = float(np.mean([x['eval_accuracy_initial'] for x in summaries[reference]]))
   pair_block = (head_to_head(grid, curves, finals, *pair, dapo_target, boot_dapo,
                              num_bootstrap) if all(a in runs for a in pair) else None)
-  return {'target_accuracy': target, 'initial_accuracy': initial,
+  return {'reference': reference, 'target_accuracy': target, 'initial_accuracy': initial,
           'reference_learned': bool(target > initial),
           'target_ci95': interval(boot['target']),
           'grid_flops': grid.tolist(), 'flops_budget': budget, 'arms': out_arms,
@@ -452,11 +455,14 @@ def analyse(runs_dir: str, regimes: list[str], arms: list[str], seeds: list[int]
   for regime in regimes:
     planned = regime_seeds.get(regime, seeds)
     runs = finished_runs(runs_dir, regime, arms, planned)
-    if not runs.get('grpo'):
+    # The target is GRPO's final accuracy; a regime too costly for GRPO (the real model's)
+    # is measured against DAPO's instead, as its pre-registration says.
+    reference = next((a for a in REFERENCES if runs.get(a)), None)
+    if reference is None:
       continue
-    with open(os.path.join(runs['grpo'][0], 'config.json')) as f:
+    with open(os.path.join(runs[reference][0], 'config.json')) as f:
       config = json.load(f)
-    block = analyse_regime(runs, float(config['train']['flops_budget']),
+    block = analyse_regime(runs, float(config['train']['flops_budget']), reference=reference,
                            num_bootstrap=num_bootstrap, num_eval=int(config['data']['num_eval']),
                            pair=pair)
     block['seeds_planned'] = planned

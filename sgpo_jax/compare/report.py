@@ -39,7 +39,7 @@ def plot_regime(name: str, block: dict[str, Any], path: str) -> None:
     if len(a['seeds']) > 1:
       ax.fill_between(grid, f(a['band_curve']['lo']), f(a['band_curve']['hi']), color=color,
                       alpha=0.12, lw=0)
-  ax.axhline(block['target_accuracy'], color='k', ls=':', lw=1, label='target (GRPO final)')
+  ax.axhline(block['target_accuracy'], color='k', ls=':', lw=1, label=f"target ({_REF[block.get('reference', 'grpo')]} final)")
   ax.set_xscale('log')  # a FLOPs ratio is a horizontal distance; the grid starts at budget/200
   ax.set_xlabel('cumulative FLOPs (profiling + rollouts + training), log scale')
   ax.set_ylabel('held-out greedy accuracy')
@@ -49,6 +49,9 @@ def plot_regime(name: str, block: dict[str, Any], path: str) -> None:
   os.makedirs(os.path.dirname(path), exist_ok=True)
   fig.savefig(path, dpi=110)
   plt.close(fig)
+
+
+_REF = {'grpo': 'GRPO', 'dapo': 'DAPO'}  # analysis.REFERENCES, as the report names them
 
 
 def _pct(x: float | None) -> str:
@@ -139,8 +142,14 @@ def render(results: dict[str, Any]) -> str:
     if planned and min(n_seeds.values()) < planned:
       lines += [f'**Partial:** arms with fewer than the {planned} planned seeds: '
                 + ', '.join(f'{a} ({n})' for a, n in n_seeds.items() if n < planned) + '.', '']
+    reference = _REF[block.get('reference', 'grpo')]
+    if reference != 'GRPO':
+      lines += [f'**No GRPO run in this regime**: the target is {reference}\'s mean final '
+                f'accuracy (the reference its pre-registration names), so "FLOPs to target" '
+                f'and "vs {reference}" are at {reference}\'s final accuracy and "vs GRPO" is '
+                'n/a.', '']
     if not block.get('reference_learned', True):
-      lines += [f"**GRPO did not improve on the initial policy here** (initial "
+      lines += [f"**{reference} did not improve on the initial policy here** (initial "
                 f"{_pct(block['initial_accuracy'])}%, final {_pct(block['target_accuracy'])}%): "
                 'the target is met at 0 FLOPs, so FLOPs-to-target ratios say nothing; compare '
                 'final accuracy and AUC instead.', '']

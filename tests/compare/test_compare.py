@@ -297,6 +297,32 @@ def test_analyse_regime_on_hand_made_runs(tmp_path):
   assert a['grpo']['at_dapo_final']['flops_to_target']['mean'] is None  # never gets there
 
 
+
+def test_a_regime_without_grpo_is_measured_against_dapo(tmp_path):
+  """The real regime runs no GRPO (too costly): DAPO's final accuracy is the target, the
+  ratios are vs DAPO, 'vs GRPO' is n/a, and the report says so."""
+  config = {'data': {'num_eval': 512, 'rl_pool_size': 1024, 'num_train': 2048}, 'model': {},
+            'warm_start': {'steps': 0}, 'eval': {'every_steps': 0},
+            'train': {'flops_budget': 100.0, 'rows_per_batch': 32}, 'grpo': {'group_size': 8}}
+  xs = np.linspace(0, 100, 11)
+  for arm, slope in (('dapo', 0.005), ('dapo_g4', 0.01)):
+    for s in range(3):
+      path = tmp_path / 'real' / f'{arm}_seed{s}'
+      _fake_run(str(path), s, xs, 0.2 + slope * xs, method=arm)
+      (path / 'config.json').write_text(json.dumps(config))
+  results = analysis.analyse(str(tmp_path), ['real'], ['dapo', 'dapo_g4'], [0, 1, 2], 'cmd',
+                             100, headline=('real', 'dapo_g4'), pair=('dapo_g4', 'dapo'))
+  block = results['regimes']['real']
+  assert block['reference'] == 'dapo' and block['target_accuracy'] == pytest.approx(0.7)
+  fast = block['arms']['dapo_g4']
+  assert fast['flops_to_target']['mean'] == pytest.approx(50.0)  # 0.7 at half the budget
+  assert fast['ratio_vs_dapo']['point'] == pytest.approx(2.0)
+  assert fast['ratio_vs_grpo']['point'] is None and fast['wall_ratio_vs_grpo'] is None
+  assert block['epochs_grpo'] is None and block['head_to_head']['verdict'] == 'ahead'
+  text = report.render(results)
+  assert "**No GRPO run in this regime**: the target is DAPO's mean final accuracy" in text
+  assert 'GRPO did not improve' not in text
+
 def test_arms_and_seed_parsing():
   assert arms.parse_seeds('0-2,5') == [0, 1, 2, 5]
   name, (method, over) = arms.parse_arm('x=sgpo,sgpo.group_sizes=(4,8),profile.num_samples=2')
@@ -570,7 +596,7 @@ def test_cli_report_writes_the_compare_files_from_finished_runs_and_names_bad_ar
   # No finished GRPO run: no report, a non-zero exit and the reason.
   assert cli.main(['report', '--regimes', 'default', '--runs-dir', str(tmp_path / 'runs'),
                    '--results-dir', str(tmp_path / 'none')]) == 1
-  assert 'no finished GRPO run' in capsys.readouterr().err
+  assert 'no finished GRPO or DAPO run' in capsys.readouterr().err
 
 
 def test_compact_results_rounds_the_curves_and_the_grid_only():
