@@ -40,6 +40,9 @@ def _add_protocol_args(parser: argparse.ArgumentParser) -> None:
   parser.add_argument('--arms', default=','.join(arms.ARMS), help=f'from {list(arms.ARMS)}')
   parser.add_argument('--arm', action='append', default=[],
                       help="extra arm 'name=method,field=value,...' (repeatable)")
+  parser.add_argument('--no-grpo', action='store_true',
+                      help='do not add the GRPO reference arm: the report measures against '
+                           "DAPO's final accuracy (needs dapo among --arms)")
   parser.add_argument('--seeds', default='0-4', help="'0-4' or '0,1,2' (default %(default)s)")
   parser.add_argument('--regime-seeds', action='append', default=[],
                       help="other seeds for one regime 'REGIME=SPEC', e.g. paper_like=100-109 "
@@ -115,6 +118,11 @@ def _selected_arms(parser: argparse.ArgumentParser, args: argparse.Namespace
     if '=' not in spec:
       parser.error(f"--arm {spec!r}: expected 'name=method,field=value,...'")
     chosen.update([arms.parse_arm(spec)])
+  if getattr(args, 'no_grpo', False):
+    if 'dapo' not in chosen:
+      parser.error('--no-grpo: the report then needs dapo among --arms as its reference; '
+                   f'got {list(chosen)}')
+    return chosen
   if 'grpo' not in chosen:
     chosen = {'grpo': arms.ARMS['grpo'], **chosen}  # the reference every regime needs
   return chosen

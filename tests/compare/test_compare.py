@@ -3,6 +3,7 @@ stop, the embedded default learning end to end, and the comparison runner's smok
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -322,6 +323,20 @@ def test_a_regime_without_grpo_is_measured_against_dapo(tmp_path):
   text = report.render(results)
   assert "**No GRPO run in this regime**: the target is DAPO's mean final accuracy" in text
   assert 'GRPO did not improve' not in text
+
+
+def test_no_grpo_runs_only_the_named_arms_and_needs_dapo(capsys):
+  from sgpo_jax.compare import __main__ as cli
+  parser = argparse.ArgumentParser()
+  cli._add_protocol_args(parser)
+  args = parser.parse_args(['--arms', 'dapo,dapo_g4', '--no-grpo'])
+  assert list(cli._selected_arms(parser, args)) == ['dapo', 'dapo_g4']
+  args = parser.parse_args(['--arms', 'dapo,dapo_g4'])
+  assert list(cli._selected_arms(parser, args)) == ['grpo', 'dapo', 'dapo_g4']
+  args = parser.parse_args(['--arms', 'dapo_g4', '--no-grpo'])
+  with pytest.raises(SystemExit):
+    cli._selected_arms(parser, args)
+  assert '--no-grpo: the report then needs dapo among --arms' in capsys.readouterr().err
 
 def test_arms_and_seed_parsing():
   assert arms.parse_seeds('0-2,5') == [0, 1, 2, 5]

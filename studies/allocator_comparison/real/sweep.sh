@@ -20,9 +20,12 @@ SAVER=$!
 trap 'kill $SAVER 2>/dev/null; python "$ARCHIVE_PY" save "$RUNS" "$HERE/archive.tar.xz"' EXIT
 cd "$CODE"
 REQUIRED=dapo,dapo_g4,sgpo_bayes_g24
+# Finished runs are skipped: each pass starts only the arm it adds. --no-grpo: the runner
+# would otherwise start the GRPO reference first; GRPO runs last here (PREREGISTERED.md).
 for arms in "$REQUIRED" "$REQUIRED,sgpo_select" "$REQUIRED,sgpo_select,grpo"; do
-  # Finished runs are skipped: each pass starts only the arm it adds.
-  python -m sgpo_jax.compare run --regimes real --arms "$arms" --seeds 200-202 \
+  no_grpo=--no-grpo
+  case "$arms" in *,grpo) no_grpo= ;; esac
+  python -m sgpo_jax.compare run --regimes real --arms "$arms" --seeds 200-202 $no_grpo \
     --runs-dir "$RUNS" --code-dir "$CODE" --results-dir "$RUNS/progress" \
     --headline real/sgpo_bayes_g24 --head-to-head sgpo_bayes_g24,dapo_g4 \
     || true  # exit 1 = no report yet (the runner logs failed runs); the sweep goes on
