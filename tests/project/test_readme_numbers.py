@@ -148,9 +148,8 @@ def test_real_model_figures_are_its_result_file():
   result, config = _real_model()
   d1, d2 = (result['by_digits'][f'eval_accuracy_d{k}'] for k in (1, 2))
   first, last = result['trajectory'][0], result['trajectory'][-1]
-  resumed = result['config_changes'][0]['resumed_from_step']
   load = result['load_average_1min']
-  assert len(result['config_changes']) == 1
+  assert result['config_changes'] == [] and load['max'] < 2.5  # one run, quiet throughout
   assert_quotes('SmolLM2-135M-Instruct (', [f"({result['params_total'] / 1e6:.1f}M parameters",
                                             f"learns {config.data.min_digits}-"
                                             f'{config.data.max_digits} digit addition'],
@@ -169,11 +168,9 @@ def test_real_model_figures_are_its_result_file():
       f"from ~{first['completion_len_mean']:.0f} tokens ({100 * first['truncated_fraction']:.0f}% "
       f"cut at {config.sampling.max_new_tokens}) to ~{last['completion_len_mean']:.0f}",
       f"{result['skipped_steps']} of the {result['rl_steps']} steps had no informative group",
-      f"The {result['wall_seconds']:.0f} s wall",
-      f'the first {resumed} steps',
-      f"at load {load['min']:.1f}-{load['max']:.1f} (median {load['median']:.1f}) with a median "
-      f"of {result['step_seconds_median']:.0f} s per step",
-      f"resumed once at step {resumed}, to end at {result['rl_steps']} steps"])
+      f"The {result['wall_seconds']:.0f} s wall ({result['wall_seconds'] / 60:.0f} min, within the hour",
+      f"load {load['min']:.1f}-{load['max']:.1f} (median {load['median']:.1f}) sampled",
+      f"a median of {result['step_seconds_median']:.0f} s per step", 'the two 512-problem evals'])
 
 
 def test_real_model_settings_are_the_shipped_config():
