@@ -30,3 +30,5 @@ for regime in paper_like default small_pool; do
   python -m sgpo_jax.compare diagnose --runs-dir "$RUNS" --regime "$regime" --arms "$ARMS" \
     --seeds "$seeds" ${DIAG_OUT:+--out "$DIAG_OUT/diagnostics_$regime.md"}
 done
+# The report's plots as palette PNGs (a third of the bytes; studies/compact_png.py says why).
+python -m studies.compact_png "$HERE"/plots/*.png
