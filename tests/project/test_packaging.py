@@ -116,6 +116,14 @@ def test_wheel_runs_from_an_empty_directory(tmp_path):
                          cwd=empty, env=env, capture_output=True, text=True, check=True)
   assert pathlib.Path(where.stdout.strip()).is_relative_to(venv), where.stdout
 
+  # The shipped warm starts (the README run's and every regime's initial policy) are in it.
+  shipped = subprocess.run(
+      [str(python), '-c', 'import os; from sgpo_jax.rl import warm_start as w; '
+       'print(sorted(os.listdir(w.SHIPPED_DIR)))'],
+      cwd=empty, env=env, capture_output=True, text=True, check=True)
+  ours = sorted(p.name for p in (ROOT / 'sgpo_jax' / 'rl' / 'warm_starts').iterdir())
+  assert shipped.stdout.strip() == str(ours) and any(n.endswith('.safetensors.xz') for n in ours)
+
   bad = subprocess.run([str(venv / 'bin' / 'sgpo-jax'), '--config', 'nosuch'], cwd=empty,
                        env=env, capture_output=True, text=True, timeout=300)
   assert bad.returncode == 2, bad.stderr[-2000:]
