@@ -9,15 +9,10 @@
 # committed diagnostics_<regime>.md, made from the full runs, are left as they are.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-if [ $# -ge 1 ]; then
-  RUNS=$1
-  DIAG_OUT=$HERE
-else
-  RUNS=$(mktemp -d)
-  trap 'rm -rf "$RUNS"' EXIT
-  python "$HERE/archive_runs.py" restore "$RUNS" > /dev/null
-  DIAG_OUT=
-fi
+source "$HERE/../archive.sh"
+runs_or_archive "$HERE/archive.tar.xz" "$@"
+DIAG_OUT=$HERE
+[ $# -ge 1 ] || DIAG_OUT=
 cd "$HERE/../../.."
 ARMS=grpo,dapo,dapo_g4,greso,knapsack,sgpo,sgpo_bayes_g24
 python -m sgpo_jax.compare report --runs-dir "$RUNS" --regimes paper_like,default,small_pool \

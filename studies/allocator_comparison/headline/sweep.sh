@@ -11,11 +11,8 @@ RUNS=${1:?runs dir}
 CODE=${2:?frozen checkout}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ARMS=grpo,dapo,dapo_g4,greso,knapsack,sgpo,sgpo_bayes_g24
-mkdir -p "$RUNS"
-python "$HERE/archive_runs.py" restore "$RUNS"
-(while sleep 60; do python "$HERE/archive_runs.py" save "$RUNS" > /dev/null; done) &
-SAVER=$!
-trap 'kill $SAVER 2>/dev/null; python "$HERE/archive_runs.py" save "$RUNS"' EXIT
+source "$HERE/../archive.sh"
+archive_as_runs_land "$RUNS" "$HERE/archive.tar.xz"
 cd "$CODE"
 python -m sgpo_jax.compare run --regimes paper_like --arms "$ARMS" --seeds 100-109 \
   --runs-dir "$RUNS" --code-dir "$CODE" --results-dir "$RUNS/progress/paper_like"

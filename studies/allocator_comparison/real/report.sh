@@ -6,13 +6,8 @@
 # this file into a temporary folder, removed at the end.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-if [ $# -ge 1 ]; then
-  RUNS=$1
-else
-  RUNS=$(mktemp -d)
-  trap 'rm -rf "$RUNS"' EXIT
-  python "$HERE/../headline/archive_runs.py" restore "$RUNS" "$HERE/archive.tar.xz" > /dev/null
-fi
+source "$HERE/../archive.sh"
+runs_or_archive "$HERE/archive.tar.xz" "$@"
 cd "$HERE/../../.."
 ARMS=sgpo_bayes_g24,dapo_g4,dapo,sgpo_select,grpo
 python -m sgpo_jax.compare report --runs-dir "$RUNS" --regimes real --arms "$ARMS" \

@@ -12,12 +12,8 @@ set -euo pipefail
 RUNS=${1:?runs dir}
 CODE=${2:?frozen checkout}
 HERE=$(cd "$(dirname "$0")" && pwd)
-ARCHIVE_PY="$HERE/../headline/archive_runs.py"
-mkdir -p "$RUNS"
-python "$ARCHIVE_PY" restore "$RUNS" "$HERE/archive.tar.xz"
-(while sleep 120; do python "$ARCHIVE_PY" save "$RUNS" "$HERE/archive.tar.xz" > /dev/null; done) &
-SAVER=$!
-trap 'kill $SAVER 2>/dev/null; python "$ARCHIVE_PY" save "$RUNS" "$HERE/archive.tar.xz"' EXIT
+source "$HERE/../archive.sh"
+archive_as_runs_land "$RUNS" "$HERE/archive.tar.xz"
 cd "$CODE"
 REQUIRED=dapo,dapo_g4,sgpo_bayes_g24
 # Finished runs are skipped: each pass starts only the arm it adds. --no-grpo: the runner

@@ -7,13 +7,8 @@
 # this file into a temporary folder, removed at the end.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-if [ $# -ge 1 ]; then
-  RUNS=$1
-else
-  RUNS=$(mktemp -d)
-  trap 'rm -rf "$RUNS"' EXIT
-  python "$HERE/../headline/archive_runs.py" restore "$RUNS" "$HERE/archive.tar.xz" > /dev/null
-fi
+source "$HERE/../archive.sh"
+runs_or_archive "$HERE/archive.tar.xz" "$@"
 cd "$HERE/../../.."
 ARMS=sgpo_select,sgpo_bayes_g24,dapo_g4,dapo,grpo
 python -m sgpo_jax.compare report --runs-dir "$RUNS" --regimes paper_like,default,small_pool \

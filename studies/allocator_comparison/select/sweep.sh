@@ -13,13 +13,9 @@ RUNS=${1:?runs dir}
 CODE=${2:?frozen checkout}
 JOBS=${3:-1}
 HERE=$(cd "$(dirname "$0")" && pwd)
-ARCHIVE_PY="$HERE/../headline/archive_runs.py"
 ARMS=sgpo_select,sgpo_bayes_g24,dapo_g4,dapo,grpo
-mkdir -p "$RUNS"
-python "$ARCHIVE_PY" restore "$RUNS" "$HERE/archive.tar.xz"
-(while sleep 60; do python "$ARCHIVE_PY" save "$RUNS" "$HERE/archive.tar.xz" > /dev/null; done) &
-SAVER=$!
-trap 'kill $SAVER 2>/dev/null; python "$ARCHIVE_PY" save "$RUNS" "$HERE/archive.tar.xz"' EXIT
+source "$HERE/../archive.sh"
+archive_as_runs_land "$RUNS" "$HERE/archive.tar.xz"
 cd "$CODE"
 sweep() {
   python -m sgpo_jax.compare run --regimes paper_like --arms "$ARMS" --seeds 300-309 \
