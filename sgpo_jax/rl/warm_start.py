@@ -312,8 +312,6 @@ def policy_for_config(config, workdir: str, show_progress: bool = True):
 # sgpo_jax/ship_warm_start.py.
 
 SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'warm_starts')
-
-
 SHIPPED_SUFFIX = '.safetensors.xz'
 
 
@@ -337,7 +335,7 @@ def export_shipped(params, info: dict, key: str, shipped_dir: str | None = None)
     f.write(save({k: np.ascontiguousarray(v) for k, v in flat.items()}))
   kept = {k: info[k] for k in ('source', 'steps', 'final_loss', 'seconds', 'environment')
           if k in info}
-  with open(os.path.join(out, f'{key}.json'), 'w') as f:
+  with open(shipped_info_file(path), 'w') as f:
     json.dump(kept, f, indent=1, sort_keys=True)
   return path
 
