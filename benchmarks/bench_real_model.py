@@ -1,7 +1,8 @@
 """Speed on the real model (SmolLM2-135M-Instruct, the smollm2_135m_arith config) on this CPU,
 against transformers' `generate` and TRL's `GRPOTrainer`, both sides in one process.
 
-    python benchmarks/bench_real_model.py                       # the job's shape, all three
+    python benchmarks/bench_real_model.py                       # the job's shape: decode,split,trl
+    python benchmarks/bench_real_model.py --which tunix         # after bash benchmarks/setup_tunix.sh
     python benchmarks/bench_real_model.py --which decode --rows 16 --max_new 96
     python benchmarks/bench_real_model.py --rows 4 --group 2 --max_new 4 --steps 1  # smoke
 
@@ -34,6 +35,17 @@ printed line is the last comparison's):
           target >= 2). Our step is train.rl_step's path (allocator fill_batch -> rollout
           -> train_batch -> train_step) without the skip of an all-equal batch: like TRL,
           every step trains.
+  tunix   tokens/s of our sampler against Tunix's (`tunix.generate.sampler.Sampler`, as
+          its RL rollout calls it) on the same model: Tunix's Llama3 loaded from the same
+          safetensors folder by its own loader (tied embeddings), same prompt token ids (no BOS
+          added), temperature / top-p / top-k, stop ids, rows and max_new_tokens, float32.
+          Tunix runs in its own virtualenv (`--tunix_python`; `bash benchmarks/setup_tunix.sh`
+          makes it) as a subprocess pinned to the same threads: our repeats first, then its
+          warm-up and repeats. Checks that Tunix runs the same model: its full-prompt logits
+          of the first prompt against transformers' (`tunix_logits_max_abs_diff`), and how many
+          of the first prompts both greedy-decode to the same tokens (`greedy_match`; a
+          near-tie can part them). tokens/s counted as in decode; `speedup` = ours / Tunix
+          (target >= 1.5).
 Every line carries the git commit, the load average before and after, the shapes and the
 thread count; compare only lines taken at similar load.
 """
@@ -53,13 +65,15 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 RESULTS = os.path.join(REPO, 'benchmarks', 'results', 'bench_real_model.jsonl')
-WHICH = ('decode', 'split', 'trl')
+WHICH = ('decode', 'split', 'trl', 'tunix')
+DEFAULT_WHICH = WHICH[:3]  # tunix needs its own virtualenv (setup_tunix.sh): asked for by name
 DTYPES = ('float32', 'bfloat16')
 
 
 def parse_args(argv=None) -> argparse.Namespace:
   p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  p.add_argument('--which', default=','.join(WHICH), help='comma list of ' + ', '.join(WHICH))
+  p.add_argument('--which', default=','.join(DEFAULT_WHICH),
+                 help=f"comma list of {', '.join(WHICH)} (default %(default)s)")
   p.add_argument('--rows', type=int, default=16, help='completions per call / per RL step')
   p.add_argument('--group', type=int, default=4, help='G: completions per prompt (split, trl)')
   p.add_argument('--max_new', type=int, default=96, help='max new tokens per completion')
@@ -70,13 +84,21 @@ def parse_args(argv=None) -> argparse.Namespace:
                  help='compute dtype (ours: model.dtype and sampling.param_dtype; torch: '
                       'the weights are loaded in it)')
   p.add_argument('--results', default=RESULTS, help='JSONL file the lines are appended to')
+  p.add_argument('--tunix_python', default='/work/venv_tunix/bin/python',
+                 help='(tunix) a python with Tunix: bash benchmarks/setup_tunix.sh')
+  p.add_argument('--tunix_spec', default='', help=argparse.SUPPRESS)  # the Tunix side's input
   args = p.parse_args(argv)
+  if args.tunix_spec:
+    return args
   args.which = tuple(w for w in args.which.split(',') if w)
   unknown = sorted(set(args.which) - set(WHICH))
   if unknown or not args.which:
     p.error(f'--which={",".join(args.which)}: use a comma list of {", ".join(WHICH)}')
   if min(args.rows, args.group, args.max_new, args.steps, args.threads) < 1 or args.rank < 0:
     p.error('--rows, --group, --max_new, --steps, --threads must be >= 1 and --rank >= 0')
+  if 'tunix' in args.which and not os.path.exists(args.tunix_python):
+    p.error(f'--tunix_python={args.tunix_python} does not exist: run bash '
+            'benchmarks/setup_tunix.sh first, or drop tunix from --which')
   if args.rows % args.group:
     p.error(f'--rows={args.rows} must be a multiple of --group={args.group}')
   if args.rank and 'trl' in args.which:
@@ -251,6 +273,153 @@ def decode_comparison(args, ours: Ours) -> dict:
           'prompt_len_max': width, 'sampler_compiles': su.sampler.compile_count}
 
 
+
+GREEDY_ROWS = 4  # prompts both sides greedy-decode for the same-model check
+
+
+def real_tokens(rows: list[list[int]], stop_ids: list[int], max_new: int) -> int:
+  """Generated tokens up to and including the first stop token, summed over rows (a row
+  cut short of max_new without its stop token, as Tunix returns them, ended on one)."""
+  total = 0
+  for row in rows:
+    stops = [i for i, t in enumerate(row) if t in stop_ids]
+    total += stops[0] + 1 if stops else min(len(row) + 1, max_new)
+  return total
+
+
+def tunix_comparison(args, ours: Ours) -> dict:
+  import jax
+  import numpy as np
+  import torch
+  import transformers
+  su, s = ours.su, ours.config.sampling
+  prompts = [su.prompt_tokens[i % len(su.prompt_tokens)] for i in range(args.rows)]
+  stop_ids = list(su.tokenizer.stop_token_ids)
+  spec = {'model_dir': ours.config.model.hf_path, 'prompts': prompts, 'max_new': args.max_new,
+          'temperature': s.temperature, 'top_p': s.top_p, 'top_k': s.top_k,
+          'stop_ids': stop_ids, 'pad_id': su.tokenizer.pad_id, 'steps': args.steps,
+          'threads': args.threads, 'logits_out': os.path.join(tempfile.mkdtemp(), 'logits.npy')}
+  ours.decode(10_000)  # warm-up: our compile
+  tokens, seconds = 0, 0.0
+  for rep in range(args.steps):
+    t, sec = ours.decode(rep)
+    tokens, seconds = tokens + t, seconds + sec
+  params = su.sampling_params(su.params)
+  greedy = su.sampler.sample(params, prompts[:GREEDY_ROWS], list(range(GREEDY_ROWS)),
+                             jax.random.key(0), temperature=0.0, top_p=1.0, top_k=0)
+  ours_greedy = [row[:n].tolist() for row, n in zip(greedy.tokens_RxN, greedy.mask_RxN.sum(1))]
+  with tempfile.NamedTemporaryFile('w', suffix='.json', delete=False) as fh:
+    json.dump(spec, fh)
+  try:
+    proc = subprocess.run([args.tunix_python, os.path.abspath(__file__), '--tunix_spec', fh.name],
+                          capture_output=True, text=True, env=dict(os.environ, JAX_PLATFORMS='cpu'))
+  finally:
+    os.unlink(fh.name)
+  lines = [line for line in proc.stdout.splitlines() if line.startswith('{')]
+  if proc.returncode or not lines:
+    raise SystemExit(f'the Tunix side failed ({proc.returncode}):\n{proc.stderr[-3000:]}')
+  theirs = json.loads(lines[-1])
+  tunix_logits = np.load(spec['logits_out'])
+  shutil.rmtree(os.path.dirname(spec['logits_out']))
+  model = transformers.AutoModelForCausalLM.from_pretrained(ours.config.model.hf_path,
+                                                            dtype=torch.float32).eval()
+  with torch.no_grad():
+    want = model(torch.tensor([prompts[0]])).logits[0].numpy()
+  # Ours stops at the stop token (kept); Tunix cuts before it: compare without it.
+  strip = lambda row: [t for t in row if t not in stop_ids]  # noqa: E731
+  match = [strip(a) == strip(b) for a, b in zip(ours_greedy, theirs['greedy'])]
+  rate_ours, rate_theirs = tokens / seconds, theirs['tokens'] / theirs['seconds']
+  return {'ours_tokens_per_s': rate_ours, 'tunix_tokens_per_s': rate_theirs,
+          'speedup': rate_ours / rate_theirs, 'target': 1.5, 'ours_tokens': tokens,
+          'tunix_tokens': theirs['tokens'], 'ours_seconds': seconds,
+          'tunix_seconds': theirs['seconds'], 'greedy_match': f'{sum(match)}/{len(match)}',
+          'tunix_logits_max_abs_diff': float(np.abs(tunix_logits - want).max()),
+          'tunix_version': theirs['version'], 'tunix_threads': theirs['cpus'],
+          'greedy_first_row': {'ours': ours_greedy[0], 'tunix': theirs['greedy'][0]}}
+
+
+def tunix_side(spec_path: str) -> dict:
+  """Runs in Tunix's virtualenv (stdlib, numpy, jax and Tunix only): loads the model with
+  Tunix's own Llama3 loader and times its sampler on the spec's prompts."""
+  import functools
+  from importlib import metadata
+
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from tunix.generate import sampler as tunix_sampler
+  from tunix.models.llama3 import model as llama3
+  from tunix.models.llama3 import params as llama3_params
+  with open(spec_path) as fh:
+    spec = json.load(fh)
+  cpus = pin_threads(spec['threads'])
+  with open(os.path.join(spec['model_dir'], 'config.json')) as fh:
+    hf = json.load(fh)
+  cfg = llama3.ModelConfig(
+      num_layers=hf['num_hidden_layers'], vocab_size=hf['vocab_size'],
+      embed_dim=hf['hidden_size'], hidden_dim=hf['intermediate_size'],
+      num_heads=hf['num_attention_heads'],
+      head_dim=hf.get('head_dim') or hf['hidden_size'] // hf['num_attention_heads'],
+      num_kv_heads=hf['num_key_value_heads'], rope_theta=int(hf['rope_theta']),
+      norm_eps=hf['rms_norm_eps'], weight_tying=bool(hf.get('tie_word_embeddings')))
+  # Tunix 0.1.7's Llama3 attention calls apply_rope without the config's rope_theta, so every
+  # model gets its default, 1e6; SmolLM2's is 1e5 (its greedy tokens then differ from the
+  # model's within ~10 tokens). Bound here to the config's value, what the model needs.
+  llama3.apply_rope = functools.partial(llama3.apply_rope, rope_theta=cfg.rope_theta)
+  mesh = jax.make_mesh((1, 1), ('fsdp', 'tp'), devices=jax.devices()[:1],
+                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  model = llama3_params.create_model_from_safe_tensors(spec['model_dir'], cfg, mesh,
+                                                       dtype=jnp.float32)
+  width = max(map(len, spec['prompts']))
+
+  class IdTokenizer:
+    """'wN' words <-> token id N, no BOS added: Tunix sees the very ids we sample from."""
+
+    def encode(self, text, **kwargs) -> list[int]:
+      return [int(w[1:]) for w in str(text).split()]
+
+    def decode(self, ids, **kwargs) -> str:
+      return ' '.join(f'w{int(i)}' for i in ids)
+
+    def bos_id(self):
+      return None
+
+    def eos_id(self) -> int:
+      return spec['stop_ids'][0]
+
+    def pad_id(self) -> int:
+      return spec['pad_id']
+
+  sampler = tunix_sampler.Sampler(model, IdTokenizer(), tunix_sampler.CacheConfig(
+      cache_size=width + spec['max_new'], num_layers=cfg.num_layers,
+      num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim))
+  texts = [' '.join(f'w{t}' for t in p) for p in spec['prompts']]
+
+  def call(texts, seed, temperature, top_p=None, top_k=None):
+    with mesh:
+      out = sampler(texts, max_generation_steps=spec['max_new'], max_prompt_length=width,
+                    temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                    eos_tokens=spec['stop_ids'])
+    return [list(map(int, t)) for t in out.tokens]
+
+  sampled = dict(temperature=spec['temperature'], top_p=spec['top_p'],
+                 top_k=spec['top_k'] or None)
+  call(texts, 10_000, **sampled)  # warm-up: compile
+  tokens, seconds = 0, 0.0
+  for rep in range(spec['steps']):
+    start = time.perf_counter()
+    rows = call(texts, rep, **sampled)
+    seconds += time.perf_counter() - start
+    tokens += real_tokens(rows, spec['stop_ids'], spec['max_new'])
+  greedy = call(texts[:GREEDY_ROWS], 0, temperature=0.0)
+  first = jnp.asarray([spec['prompts'][0]])
+  length = first.shape[1]
+  with mesh:
+    out = model(first, jnp.arange(length)[None], None, jnp.tril(jnp.ones((length, length), bool))[None])
+  np.save(spec['logits_out'], np.asarray((out[0] if isinstance(out, tuple) else out)[0], np.float32))
+  return {'tokens': tokens, 'seconds': seconds, 'greedy': greedy, 'cpus': cpus,
+          'version': metadata.version('google-tunix')}
+
 def medians(steps: list[dict]) -> dict:
   return {f'{k}_seconds': statistics.median(s[k] for s in steps)
           for k in ('sample', 'verify', 'train', 'other', 'step')}
@@ -366,6 +535,9 @@ def trl_comparison(args, ours: Ours, workdir: str) -> dict:
 
 def main(argv=None) -> list[dict]:
   args = parse_args(argv)
+  if args.tunix_spec:  # the Tunix side, in Tunix's virtualenv
+    print(json.dumps(tunix_side(args.tunix_spec)), flush=True)
+    return []
   cpus = pin_threads(args.threads)
   import torch
   torch.set_num_threads(args.threads)
@@ -384,6 +556,8 @@ def main(argv=None) -> list[dict]:
         result = decode_comparison(args, ours)
       elif which == 'split':
         result = split_comparison(args, ours)
+      elif which == 'tunix':
+        result = tunix_comparison(args, ours)
       else:
         result = trl_comparison(args, ours, workdir)
       line = {'comparison': which, **common, **result, 'load_average_before': before,

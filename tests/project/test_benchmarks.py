@@ -70,6 +70,16 @@ def test_bench_real_model_refuses_bad_options():
       bench_real_model.parse_args(argv)
 
 
+
+def test_bench_real_model_tunix_needs_its_venv_and_counts_tokens_as_decode(tmp_path, capsys):
+  import bench_real_model
+  with pytest.raises(SystemExit):
+    bench_real_model.parse_args(['--which', 'tunix', '--tunix_python', str(tmp_path / 'no')])
+  assert 'run bash benchmarks/setup_tunix.sh first' in capsys.readouterr().err
+  # Tunix returns each row cut before its stop token: a row shorter than max_new ended on
+  # one (+1), a full row did not; a row that holds the stop counts up to and including it.
+  assert bench_real_model.real_tokens([[5, 6], [5, 6, 7, 8], [5, 2, 9]], [2], 4) == 3 + 4 + 2
+
 def test_bench_real_model_trl_reward_wraps_the_verifier():
   import bench_real_model
 
