@@ -203,6 +203,14 @@ def test_peer_speed_is_the_bench_real_model_file():
       'seeds 200-202', 'no verdict yet'],
       settings=('float32', 'DAPO at G=4'))
   assert decode['dtype'] == 'float32' and decode['rank'] == 0  # full fine-tuning
+  tunix = [x for x in lines if x['comparison'] == 'tunix'][-1]
+  assert (tunix['rows'], tunix['max_new'], tunix['dtype']) == (16, 96, 'float32')
+  assert tunix['tunix_logits_max_abs_diff'] <= 1e-3  # Tunix ran the same model
+  assert_quotes('Decode against Tunix', [
+      f"Tunix {tunix['tunix_version']}'s sampler",
+      f"load {tunix['load_average_before'][0]:.1f} -> {tunix['load_average_after'][0]:.1f}",
+      f"{tunix['speedup']:.2f}x, {tunix['ours_tokens_per_s']:.1f} against "
+      f"{tunix['tunix_tokens_per_s']:.1f} tokens/s"], settings=('Llama3',))
 
 
 # --- memory: the analytic table and the compiled dry run -------------------------------------
