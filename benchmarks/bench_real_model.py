@@ -83,6 +83,8 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument('--dtype', default='float32', choices=DTYPES,
                  help='compute dtype (ours: model.dtype and sampling.param_dtype; torch: '
                       'the weights are loaded in it)')
+  p.add_argument('--draw', default='gumbel', choices=('gumbel', 'blocked'),
+                 help="our sampler's sampling.draw (the shipped config's: gumbel)")
   p.add_argument('--results', default=RESULTS, help='JSONL file the lines are appended to')
   p.add_argument('--tunix_python', default='/work/venv_tunix/bin/python',
                  help='(tunix) a python with Tunix: bash benchmarks/setup_tunix.sh')
@@ -139,6 +141,7 @@ def real_config(args):
   c.sampling.temperature = 1.0
   c.model.dtype = args.dtype
   c.sampling.param_dtype = args.dtype
+  c.sampling.draw = args.draw
   c.train.kl_coef, c.train.mu = 0.0, 1  # TRL: beta=0, num_iterations=1
   c.train.warmup_steps = 0
   c.eval.every_steps = 10**6
@@ -546,7 +549,7 @@ def main(argv=None) -> list[dict]:
   common = {'model': 'smollm2-135m-instruct', 'commit': git_commit(), 'rows': args.rows,
             'group': args.group, 'max_new': args.max_new, 'steps': args.steps,
             'threads': args.threads, 'cpus_usable': cpus, 'rank': args.rank,
-            'dtype': args.dtype}
+            'dtype': args.dtype, 'draw': args.draw}
   lines = []
   ours = Ours(args, os.path.join(workdir, 'run'))
   try:
