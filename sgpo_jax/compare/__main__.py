@@ -192,8 +192,8 @@ def run_protocol(parser: argparse.ArgumentParser, args: argparse.Namespace,
   write_report()
   md = os.path.join(results_dir, 'compare.md')
   if not os.path.exists(md):
-    print(f'[compare] no finished GRPO or DAPO run under {args.runs_dir} for {regimes}: no report',
-          file=sys.stderr)
+    print(f'[compare] no finished GRPO or DAPO run under {args.runs_dir} for {regimes}: '
+          'no report', file=sys.stderr)
     return 1
   print(open(md).read())
   return 0

@@ -39,7 +39,8 @@ def plot_regime(name: str, block: dict[str, Any], path: str) -> None:
     if len(a['seeds']) > 1:
       ax.fill_between(grid, f(a['band_curve']['lo']), f(a['band_curve']['hi']), color=color,
                       alpha=0.12, lw=0)
-  ax.axhline(block['target_accuracy'], color='k', ls=':', lw=1, label=f"target ({_REF[block.get('reference', 'grpo')]} final)")
+  reference = _REF[block.get('reference', 'grpo')]
+  ax.axhline(block['target_accuracy'], color='k', ls=':', lw=1, label=f'target ({reference} final)')
   ax.set_xscale('log')  # a FLOPs ratio is a horizontal distance; the grid starts at budget/200
   ax.set_xlabel('cumulative FLOPs (profiling + rollouts + training), log scale')
   ax.set_ylabel('held-out greedy accuracy')
