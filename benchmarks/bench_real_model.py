@@ -85,6 +85,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                       'the weights are loaded in it)')
   p.add_argument('--draw', default='gumbel', choices=('gumbel', 'blocked'),
                  help="our sampler's sampling.draw (the shipped config's: gumbel)")
+  p.add_argument('--scan_unroll', type=int, default=0,
+                 help='our model.scan_unroll (layers per step of the layer scan; 0: the '
+                      "config's)")
   p.add_argument('--results', default=RESULTS, help='JSONL file the lines are appended to')
   p.add_argument('--tunix_python', default='/work/venv_tunix/bin/python',
                  help='(tunix) a python with Tunix: bash benchmarks/setup_tunix.sh')
@@ -142,6 +145,8 @@ def real_config(args):
   c.model.dtype = args.dtype
   c.sampling.param_dtype = args.dtype
   c.sampling.draw = args.draw
+  if args.scan_unroll:
+    c.model.scan_unroll = args.scan_unroll
   c.train.kl_coef, c.train.mu = 0.0, 1  # TRL: beta=0, num_iterations=1
   c.train.warmup_steps = 0
   c.eval.every_steps = 10**6
@@ -549,7 +554,7 @@ def main(argv=None) -> list[dict]:
   common = {'model': 'smollm2-135m-instruct', 'commit': git_commit(), 'rows': args.rows,
             'group': args.group, 'max_new': args.max_new, 'steps': args.steps,
             'threads': args.threads, 'cpus_usable': cpus, 'rank': args.rank,
-            'dtype': args.dtype, 'draw': args.draw}
+            'dtype': args.dtype, 'draw': args.draw, 'scan_unroll': args.scan_unroll or None}
   lines = []
   ours = Ours(args, os.path.join(workdir, 'run'))
   try:
