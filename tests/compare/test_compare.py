@@ -270,6 +270,17 @@ def _fake_run(path, seed, xs, ys, method='grpo', wall=10.0):
     json.dump(summary, f)
 
 
+
+def _fake_regime(folder, slopes, seeds, config):
+  """Seeds 0..seeds-1 of each arm: a straight eval curve 0.2 + slope x FLOPs over a 100-FLOPs
+  budget, and the regime's config.json."""
+  xs = np.linspace(0, 100, 11)
+  for arm, slope in slopes.items():
+    for s in range(seeds):
+      path = folder / f'{arm}_seed{s}'
+      _fake_run(str(path), s, xs, 0.2 + slope * xs, method=arm)
+      (path / 'config.json').write_text(json.dumps(config))
+
 def test_analyse_regime_on_hand_made_runs(tmp_path):
   xs = np.linspace(0, 100, 11)
   runs = {'grpo': [], 'dapo': [], 'fast': []}
@@ -305,12 +316,7 @@ def test_a_regime_without_grpo_is_measured_against_dapo(tmp_path):
   config = {'data': {'num_eval': 512, 'rl_pool_size': 1024, 'num_train': 2048}, 'model': {},
             'warm_start': {'steps': 0}, 'eval': {'every_steps': 0},
             'train': {'flops_budget': 100.0, 'rows_per_batch': 32}, 'grpo': {'group_size': 8}}
-  xs = np.linspace(0, 100, 11)
-  for arm, slope in (('dapo', 0.005), ('dapo_g4', 0.01)):
-    for s in range(3):
-      path = tmp_path / 'real' / f'{arm}_seed{s}'
-      _fake_run(str(path), s, xs, 0.2 + slope * xs, method=arm)
-      (path / 'config.json').write_text(json.dumps(config))
+  _fake_regime(tmp_path / 'real', {'dapo': 0.005, 'dapo_g4': 0.01}, 3, config)
   results = analysis.analyse(str(tmp_path), ['real'], ['dapo', 'dapo_g4'], [0, 1, 2], 'cmd',
                              100, headline=('real', 'dapo_g4'), pair=('dapo_g4', 'dapo'))
   block = results['regimes']['real']
@@ -582,12 +588,7 @@ def test_cli_report_writes_the_compare_files_from_finished_runs_and_names_bad_ar
   config = {'data': {'num_eval': 2048, 'rl_pool_size': 0, 'num_train': 640}, 'model': {},
             'warm_start': {'steps': 1500}, 'eval': {'every_steps': 12},
             'train': {'flops_budget': 100.0, 'rows_per_batch': 64}, 'grpo': {'group_size': 8}}
-  xs = np.linspace(0, 100, 11)
-  for arm, slope in (('grpo', 0.005), ('dapo', 0.0075)):
-    for s in range(2):
-      path = tmp_path / 'runs' / 'paper_like' / f'{arm}_seed{s}'
-      _fake_run(str(path), s, xs, 0.2 + slope * xs, method=arm)
-      (path / 'config.json').write_text(json.dumps(config))
+  _fake_regime(tmp_path / 'runs' / 'paper_like', {'grpo': 0.005, 'dapo': 0.0075}, 2, config)
   out = tmp_path / 'results'
   args = ['--regimes', 'paper_like', '--arms', 'grpo,dapo', '--seeds', '0-1', '--runs-dir',
           str(tmp_path / 'runs'), '--results-dir', str(out), '--bootstrap', '50']
