@@ -306,7 +306,7 @@ def tunix_comparison(args, ours: Ours) -> dict:
   spec = {'model_dir': ours.config.model.hf_path, 'prompts': prompts, 'max_new': args.max_new,
           'temperature': s.temperature, 'top_p': s.top_p, 'top_k': s.top_k,
           'stop_ids': stop_ids, 'pad_id': su.tokenizer.pad_id, 'steps': args.steps,
-          'threads': args.threads, 'logits_out': os.path.join(tempfile.mkdtemp(), 'logits.npy')}
+          'threads': args.threads}
   ours.decode(10_000)  # warm-up: our compile
   tokens, seconds = 0, 0.0
   for rep in range(args.steps):
@@ -316,19 +316,19 @@ def tunix_comparison(args, ours: Ours) -> dict:
   greedy = su.sampler.sample(params, prompts[:GREEDY_ROWS], list(range(GREEDY_ROWS)),
                              jax.random.key(0), temperature=0.0, top_p=1.0, top_k=0)
   ours_greedy = [row[:n].tolist() for row, n in zip(greedy.tokens_RxN, greedy.mask_RxN.sum(1))]
-  with tempfile.NamedTemporaryFile('w', suffix='.json', delete=False) as fh:
-    json.dump(spec, fh)
-  try:
-    proc = subprocess.run([args.tunix_python, os.path.abspath(__file__), '--tunix_spec', fh.name],
+  # One folder for the exchange (the spec in, Tunix's first-prompt logits out), removed after.
+  with tempfile.TemporaryDirectory() as exchange:
+    spec['logits_out'] = os.path.join(exchange, 'logits.npy')
+    spec_path = os.path.join(exchange, 'spec.json')
+    with open(spec_path, 'w') as fh:
+      json.dump(spec, fh)
+    proc = subprocess.run([args.tunix_python, os.path.abspath(__file__), '--tunix_spec', spec_path],
                           capture_output=True, text=True, env=dict(os.environ, JAX_PLATFORMS='cpu'))
-  finally:
-    os.unlink(fh.name)
-  lines = [line for line in proc.stdout.splitlines() if line.startswith('{')]
-  if proc.returncode or not lines:
-    raise SystemExit(f'the Tunix side failed ({proc.returncode}):\n{proc.stderr[-3000:]}')
-  theirs = json.loads(lines[-1])
-  tunix_logits = np.load(spec['logits_out'])
-  shutil.rmtree(os.path.dirname(spec['logits_out']))
+    lines = [line for line in proc.stdout.splitlines() if line.startswith('{')]
+    if proc.returncode or not lines:
+      raise SystemExit(f'the Tunix side failed ({proc.returncode}):\n{proc.stderr[-3000:]}')
+    theirs = json.loads(lines[-1])
+    tunix_logits = np.load(spec['logits_out'])
   model = transformers.AutoModelForCausalLM.from_pretrained(ours.config.model.hf_path,
                                                             dtype=torch.float32).eval()
   with torch.no_grad():
