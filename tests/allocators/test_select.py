@@ -205,7 +205,21 @@ def test_a_step_rolls_out_even_when_no_draw_values_a_group(monkeypatch):
   assert alloc.state.times_sampled.sum() == 8  # eight prompts at G=2
 
 
+def test_fill_target_stops_refilling_once_that_share_is_informative():
+  # The same pool and seed: filling the batch takes more rounds than stopping once a quarter
+  # of it is informative, and no batch stops short of the target unless the rounds ran out.
+  kinds = pool()
+  full_batches, full_calls = run(make(explore_rows=4), kinds, 12)
+  part_batches, part_calls = run(make(explore_rows=4, fill_target=0.25), kinds, 12)
+  assert len(part_calls) < len(full_calls)
+  for b in part_batches:
+    assert b.info['filled_share'] >= 0.25 or b.info['rounds'] == 4
+  assert any(b.info['rounds'] < f.info['rounds'] for b, f in zip(part_batches, full_batches))
+
+
 def test_settings_refuse_bad_values_by_name():
+  with pytest.raises(ValueError, match='sgpo_select.fill_target=0'):
+    SelectSettings(fill_target=0.0)
   with pytest.raises(ValueError, match='sgpo_select.forget=1.5'):
     SelectSettings(forget=1.5)
   with pytest.raises(ValueError, match='sgpo_select.explore_rows=6'):
