@@ -471,6 +471,29 @@ def test_bayes_diagnostics_on_a_hand_made_run(tmp_path):
   assert '| 12.5% | n/a | 87.5% | 0.0% |' in out.read_text()
 
 
+def test_accuracy_by_optimizer_step_on_hand_made_runs(tmp_path):
+  """The step table: accuracy linear between evals on the step axis, FLOPs per step, and a
+  seed that stopped before a mark left out of that mark's mean (counted in brackets)."""
+  from sgpo_jax.compare import diagnostics as diagnostics_lib
+
+  def write(name, evals, steps, total):
+    path = tmp_path / name
+    os.makedirs(path)
+    rows = [{'step': s, 'reward_mean': 0.5} for s in range(1, steps + 1)]
+    rows += [{'step': s, 'eval_accuracy': a} for s, a in evals]
+    (path / 'metrics.jsonl').write_text('\n'.join(json.dumps(r) for r in rows) + '\n')
+    (path / 'summary.json').write_text(json.dumps({'flops': {'total': total}}))
+    return str(path)
+  a = write('a', [(0, 0.5), (16, 0.6), (48, 0.8)], 48, 4.8e6)
+  b = write('b', [(0, 0.5), (30, 0.8)], 30, 6e6)
+  at = diagnostics_lib.accuracy_at_steps(a)
+  assert at[10] == pytest.approx(50 + 10 * 10 / 16) and at[20] == pytest.approx(62.5)
+  assert at[40] == pytest.approx(75.0) and np.isnan(at[80])
+  table = diagnostics_lib.step_table({'x': [a, b]}).splitlines()
+  # FLOPs per step (1e5, 2e5) -> 1.5e5; step 10: (56.25 + 60) / 2; step 40: seed a only.
+  assert table[2] == '| x | 2 | 1.5e+05 | 58.1 | 66.2 | 75.0 (1) |  |'
+
+
 def test_where_the_flops_go_on_hand_made_runs_and_old_runs_read_n_a(tmp_path):
   """Issue 53: wasted (all-equal) groups, pool never sampled, rounds per step and filled
   share, per run and as seed means in compare.json; runs from before the trainer kept pool
