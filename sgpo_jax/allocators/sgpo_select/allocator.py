@@ -30,10 +30,11 @@ whole pool (math in `selection.py`, the Beta posterior in `allocators/beta.py`):
    further rounds refill the batch up to `max_rounds`, stopped early once `fill_target` of
    the rows hold informative groups (a round already rolled out is kept whole), or by
    `train_cost_per_row` (`dynamic_sampling.refill_lowers_cost`). A prompt is rolled out at
-   most once per step. Why `fill_target` < 1 can pay: in the small-policy regimes accuracy
-   per optimizer step barely depends on how many informative rows the step trains on
-   (Adam's steps are normalised), so a half-empty batch reached in two rounds makes about
-   the progress of a full one reached in four, at a fraction of the rollout FLOPs. Every rollout updates its prompt's evidence; every round is charged
+   most once per step. `fill_target` < 1 trades rows per step for cheaper steps; it was
+   tried because, in paper_like, this rule's fuller batches taught no more per optimizer
+   step than DAPO at G=4's (`compare diagnose`, by-step table). On two development seeds
+   (0.33 and 0.5) the cheaper steps taught less each and saved nothing: kept as an option,
+   off by default (studies/allocator_comparison/select/README.md). Every rollout updates its prompt's evidence; every round is charged
    as 'rollout', dropped rows included.
 Each batch logs `filled_share` (trained rows / R); summary.json's allocator block has the
 wasted (all-equal) share of rolled-out groups, the share of the pool never sampled and the
