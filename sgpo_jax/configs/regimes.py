@@ -87,5 +87,8 @@ def apply_regime(c: ml_collections.ConfigDict, regime: str) -> None:
     c.train.rows_per_batch = 32
     c.data.rl_pool_size = 1024  # ~30 steps see at most ~500 prompts: every arm sees fresh ones
     c.train.flops_budget = 1e14
+    # A run is ~40 CPU minutes: checkpoint every 5 steps (~8 min) so a sitting that ends
+    # mid-run loses at most that (output only: the resumed run is the same run).
+    c.checkpoint.every_steps = 5
     c.eval.at_budget_fractions = REAL_EVAL_FRACTIONS
     c.data.num_eval = 512

@@ -206,6 +206,16 @@ def test_regime_budget_lets_grpo_see_the_pool(regime):
   assert evaluate_lib.accuracy_se(0.5, c.data.num_eval) <= 0.01
 
 
+def test_real_regime_checkpoints_within_a_run():
+  """A real-model run outlasts a sitting's tail: it must save at least three checkpoints
+  within its budget (steps counted at the per-step FLOPs bound, so a lower bound)."""
+  c = default_file.get_config('regime=real,method=grpo')
+  step = flops_lib.rl_step_flops_bound(model_lib.ModelConfig.from_config(c.model),
+                                       c.train.rows_per_batch, c.sampling.max_prompt_len,
+                                       c.sampling.max_new_tokens, c.train.mu)
+  assert c.checkpoint.every_steps * 3 <= c.train.flops_budget / step
+
+
 def test_warm_start_schedule_keys_its_own_cache():
   from sgpo_jax.rl import warm_start
   c = default_config.get_config()
