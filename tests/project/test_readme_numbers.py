@@ -203,6 +203,21 @@ def test_peer_speed_is_the_bench_real_model_file():
       'seeds 200-202', 'no verdict yet'],
       settings=('float32', 'DAPO at G=4'))
   assert decode['dtype'] == 'float32' and decode['rank'] == 0  # full fine-tuning
+  # The job's own shape: LoRA on both sides, its rows and token cap, one run of the script.
+  job = [x for x in lines if (x['rank'], x['rows'], x['max_new']) == (16, 32, 64)]
+  jd, js, jt = (next(x for x in reversed(job) if x['comparison'] == c)
+                for c in ('decode', 'split', 'trl'))
+  assert len({x['commit'] for x in (jd, js, jt)}) == 1 and jd['group'] == 4
+  assert_quotes("At the job's own shape", [
+      f"load average {jd['load_average_before'][0]:.1f} -> {jt['load_average_after'][0]:.1f}",
+      f"decode {jd['speedup']:.2f}x transformers' ({jd['ours_tokens_per_s']:.1f} against "
+      f"{jd['transformers_tokens_per_s']:.1f}",
+      f"GRPO step {jt['speedup']:.2f}x TRL's ({jt['ours_step_seconds']:.1f} s against "
+      f"{jt['trl_step_seconds']:.1f} s)",
+      f"our step is {100 * js['shares']['sample']:.0f}% sampling and "
+      f"{100 * js['shares']['train']:.0f}% training"],
+      settings=('LoRA r16', '32 completions', 'G=4', '64 new tokens', '2 cores', 'a 2x',
+                'float32'))
   tunix = [x for x in lines  # the shipped config's draw (lines before --draw have none)
            if x['comparison'] == 'tunix' and x.get('draw', 'gumbel') == 'gumbel'][-1]
   assert (tunix['rows'], tunix['max_new'], tunix['dtype']) == (16, 96, 'float32')
