@@ -368,14 +368,21 @@ def test_pool_coverage_of_a_resumed_run_equals_the_uninterrupted_run(tmp_path, m
     return c
 
   full = train.run(config(4), str(tmp_path / 'full'), show_progress=False)
-  assert full['pool_coverage'] == {'pool_size': 96, 'sampled': 16,
-                                   'never_sampled_share': pytest.approx(80 / 96)}
+  coverage = dict(full['pool_coverage'])
+  trained = {k: coverage.pop(k) for k in ('trained_groups', 'trained_prompts_share',
+                                          'top_decile_trained_share')}
+  assert coverage == {'pool_size': 96, 'sampled': 16,
+                      'never_sampled_share': pytest.approx(80 / 96)}
+  # Coin-flip rewards: most groups of 4 have spread; each prompt is trained once at most.
+  assert 0 < trained['trained_groups'] <= 16
+  assert trained['trained_prompts_share'] == pytest.approx(trained['trained_groups'] / 96)
   rows = [r for r in read_jsonl(str(tmp_path / 'full' / 'metrics.jsonl')) if 'reward_mean' in r]
   assert [r['filled_share'] for r in rows] == [1.0 - r['padding_fraction'] for r in rows]
   part = str(tmp_path / 'part')
   train.run(config(2), part, show_progress=False)
   ckpt = checkpoint_lib.Checkpointer(os.path.join(part, 'checkpoints'))
   assert len(ckpt.restore_meta(2)['sampled_query_index']) == 8
+  assert ckpt.restore_meta(2)['trained_groups_per_query']  # [query, count] pairs
   ckpt.close()
   os.remove(os.path.join(part, 'summary.json'))
   resumed = train.run(config(4), part, show_progress=False)
@@ -397,3 +404,22 @@ def test_rollout_fn_marks_the_valid_rows_queries_of_every_category(monkeypatch):
   np.testing.assert_array_equal(sampled_Q, [0, 1, 1, 0, 1, 0])
   assert train.pool_coverage(sampled_Q) == {'pool_size': 6, 'sampled': 3,
                                             'never_sampled_share': 0.5}
+
+
+def test_trained_groups_with_spread_are_counted_per_query_and_their_concentration():
+  # Three groups: query 7 (rewards 1, 0: spread), query 2 (1, 1: all-equal), query 7 again
+  # in a later batch; padding rows never count.
+  layout = types.SimpleNamespace(row_query_index_R=np.array([7, 7, 2, 2, -1, -1]),
+                                 group_id_R=np.array([0, 0, 1, 1, 2, 3]),
+                                 valid_R=np.array([1, 1, 1, 1, 0, 0], bool), num_groups=6)
+  trained_Q = np.zeros(20, np.int64)
+  train.mark_trained(trained_Q, layout, np.array([1.0, 0.0, 1.0, 1.0, 0.0, 0.0]))
+  layout.row_query_index_R = np.array([7, 7, 3, 3, -1, -1])
+  train.mark_trained(trained_Q, layout, np.array([0.0, 1.0, 0.5, 0.0, 0.0, 0.0]))
+  assert trained_Q[7] == 2 and trained_Q[3] == 1 and trained_Q.sum() == 3
+  cov = train.pool_coverage(np.ones(20, bool), trained_Q)
+  # 2 of 20 prompts trained on; the top tenth (2 prompts) holds all 3 groups.
+  assert (cov['trained_groups'], cov['trained_prompts_share'],
+          cov['top_decile_trained_share']) == (3, 0.1, 1.0)
+  trained_Q[:] = 1  # evenly spread: the top tenth holds a tenth
+  assert train.pool_coverage(np.ones(20, bool), trained_Q)['top_decile_trained_share'] == 0.1

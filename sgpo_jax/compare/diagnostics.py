@@ -11,7 +11,9 @@ groups with all-equal rewards (what the learner got no signal from), padding, an
 sgpo_bayes its allocator block (overflow groups and skipped refills per step, revisits and
 the share that came back), the share of steps padded to 3/4 or more, epoch cuts
 (sgpo_bayes.epoch_cut), the share of the pool never sampled and the mean filled share of the
-batches. Reads each run's summary.json and metrics.jsonl only.
+batches, and where the learning came from: the share of the pool trained on with reward
+spread and the share of those groups from the most-trained tenth of the pool (runs from
+before the trainer counted them read n/a). Reads each run's summary.json and metrics.jsonl only.
 
 A second table puts the arms on the optimizer-step axis: budgeted FLOPs per step and the
 held-out accuracy at steps 10, 20, 40 and 80. It separates what a step teaches from what it
@@ -150,6 +152,9 @@ def run_diagnostics(workdir: str) -> dict[str, float]:
   out['rolled_all_equal'] = breakdown['all_equal_share']
   out['never_sampled_share'] = breakdown['never_sampled_share']
   out['filled_share'] = breakdown['filled_share']
+  coverage = summary.get('pool_coverage') or {}
+  out['trained_prompts_share'] = float(coverage.get('trained_prompts_share', np.nan))
+  out['top_decile_trained_share'] = float(coverage.get('top_decile_trained_share', np.nan))
   alloc = summary.get('allocator') or {}
   if 'overflow_groups' in alloc:
     out['overflow_per_step'] = alloc['overflow_groups'] / len(rows)
@@ -174,6 +179,8 @@ COLUMNS = [('final_acc', 'final acc %', '{:.1f}'), ('profile_share', 'profile FL
            ('padding', 'padding', '{:.1%}'),
            ('never_sampled_share', 'pool never sampled', '{:.1%}'),
            ('filled_share', 'filled share', '{:.1%}'),
+           ('trained_prompts_share', 'pool trained on', '{:.1%}'),
+           ('top_decile_trained_share', 'trained groups from top 10% of prompts', '{:.1%}'),
            ('sparse_steps', 'steps >= 3/4 padding', '{:.1%}'), ('steps', 'steps', '{:.0f}'),
            ('overflow_per_step', 'overflow groups/step', '{:.2f}'),
            ('refills_skipped_per_step', 'refills skipped/step', '{:.2f}'),
@@ -182,7 +189,8 @@ COLUMNS = [('final_acc', 'final acc %', '{:.1f}'), ('profile_share', 'profile FL
            ('wall_s', 'wall s', '{:.0f}')]
 # Columns whose missing value is a run that predates the field (n/a), not one where the
 # number does not apply (blank).
-NOT_RECORDED = ('never_sampled_share', 'filled_share')
+NOT_RECORDED = ('never_sampled_share', 'filled_share', 'trained_prompts_share',
+                'top_decile_trained_share')
 
 
 def table(per_arm: dict[str, list[dict[str, float]]]) -> str:

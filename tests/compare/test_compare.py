@@ -468,7 +468,16 @@ def test_bayes_diagnostics_on_a_hand_made_run(tmp_path):
       in out.read_text()
   # Archived before pool coverage and filled_share: n/a, and 1 - padding for the latter.
   assert np.isnan(d['never_sampled_share']) and d['filled_share'] == 0.875
-  assert '| 12.5% | n/a | 87.5% | 0.0% |' in out.read_text()
+  assert '| 12.5% | n/a | 87.5% | n/a | n/a | 0.0% |' in out.read_text()
+  # Recorded: the share of the pool trained on and the top tenth's share of those groups.
+  summary = json.loads((path / 'summary.json').read_text())
+  summary['pool_coverage'] = {'pool_size': 10, 'sampled': 8, 'never_sampled_share': 0.2,
+                              'trained_groups': 12, 'trained_prompts_share': 0.6,
+                              'top_decile_trained_share': 0.25}
+  (path / 'summary.json').write_text(json.dumps(summary))
+  assert cli.main(['diagnose', '--runs-dir', str(tmp_path), '--regime', 'default', '--arms',
+                   'sgpo_bayes', '--seeds', '0', '--out', str(out)]) == 0
+  assert '| 12.5% | 20.0% | 87.5% | 60.0% | 25.0% | 0.0% |' in out.read_text()
 
 
 def test_accuracy_by_optimizer_step_on_hand_made_runs(tmp_path):
