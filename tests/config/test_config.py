@@ -353,6 +353,7 @@ INTENDED_CHANGES = {
     'sgpo_select.explore_rows': 8,
     'sgpo_select.max_rounds': 4,
     'sgpo_select.train_cost_per_row': 0.0,
+    'sgpo_select.fill_target': 1.0,  # issue 53, after the study: off (fill the batch)
 }
 
 
