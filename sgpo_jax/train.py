@@ -18,13 +18,10 @@ Determinism: the rollout RNG of step t is fold_in(seed, t); allocator state, FLO
 pool coverage, profile and initial eval are in the checkpoint; so a run killed anywhere and
 restarted with the same workdir continues with exactly the metrics an uninterrupted run writes.
 
-Pool coverage is the trainer's, not an allocator's: every query of the training pool that any
-generation call sampled (the profile, probe rounds, training rounds) is marked in
-`RunState.sampled_Q`; summary.json's `pool_coverage` says how much of the pool was never
-sampled, and each metrics row's `filled_share` how much of its batch was trained rows. It
-also counts, per query, the trained groups that carried a gradient (`RunState.trained_Q`):
-how many prompts the policy learned from and how concentrated that learning was (the share
-of those groups that came from the most-trained tenth of the pool).
+Pool coverage is the trainer's, not an allocator's (`allocators/coverage.py`): the queries any
+generation call sampled (`RunState.sampled_Q`) and, per query, the trained groups with
+reward spread (`RunState.trained_Q`) go to summary.json's `pool_coverage`; each metrics
+row's `filled_share` says how much of its batch was trained rows.
 """
 
 from __future__ import annotations
@@ -68,6 +65,7 @@ from sgpo_jax.parallel import processes
 from sgpo_jax.parallel import sharding as sharding_lib
 from sgpo_jax.planning import dry_run as dry_run_lib
 from sgpo_jax.pretrained import fetch as pretrained_fetch
+from sgpo_jax.allocators import coverage as coverage_lib
 from sgpo_jax.rl import learner as learner_lib
 from sgpo_jax.rl import overlong as overlong_lib
 from sgpo_jax.rl import warm_start as warm_start_lib
@@ -232,37 +230,9 @@ def make_rollout_fn(su: Setup, params, step: int,
                  category: str = 'rollout') -> allocators_lib.Rollout:
     rng = step_rng if round_index is None else jax.random.fold_in(step_rng, round_index)
     if sampled_Q is not None:
-      valid_R = np.asarray(layout.valid_R, bool)
-      sampled_Q[np.asarray(layout.row_query_index_R)[valid_R]] = True
+      coverage_lib.mark_sampled(sampled_Q, layout)
     return rollout(su, params, layout, rng, category)
   return rollout_fn
-
-
-def mark_trained(trained_Q: np.ndarray, layout, rewards_R: np.ndarray) -> None:
-  """Adds one per group of a trained batch that had reward spread (the groups a
-  group-relative advantage learns from) to its query's count in `trained_Q`."""
-  kept_R = allocators_lib.keep_informative_groups(rewards_R, layout.group_id_R,
-                                                  layout.valid_R, layout.num_groups)
-  _, first = np.unique(np.asarray(layout.group_id_R)[kept_R], return_index=True)
-  np.add.at(trained_Q, np.asarray(layout.row_query_index_R)[kept_R][first], 1)
-
-
-def pool_coverage(sampled_Q: np.ndarray, trained_Q: np.ndarray | None = None
-                  ) -> dict[str, Any]:
-  """summary.json's `pool_coverage`: the training pool's size, how many of its queries any
-  generation call sampled (profile and probes included), and the share never sampled; with
-  `trained_Q`, the trained groups with reward spread, the share of the pool they came from,
-  and the share of them from the most-trained tenth of the pool (0.1 = spread evenly)."""
-  pool_size, sampled = int(sampled_Q.size), int(np.count_nonzero(sampled_Q))
-  out = {'pool_size': pool_size, 'sampled': sampled,
-         'never_sampled_share': 1.0 - sampled / pool_size if pool_size else 0.0}
-  if trained_Q is not None and pool_size:
-    groups = int(trained_Q.sum())
-    top = np.sort(trained_Q)[::-1][:max(1, int(np.ceil(0.1 * pool_size)))]
-    out.update(trained_groups=groups,
-               trained_prompts_share=float(np.count_nonzero(trained_Q)) / pool_size,
-               top_decile_trained_share=float(top.sum()) / groups if groups else 0.0)
-  return out
 
 
 def rollout(su: Setup, params, layout, rng, category: str = 'rollout') -> allocators_lib.Rollout:
@@ -381,14 +351,9 @@ def restore_or_init(su: Setup, show_progress: bool = True) -> RunState:
     meta['wall_seconds_base'] = meta.get('wall_seconds', 0.0)
     logging.info('resumed from step %d in %s', latest, su.workdir)
   rs = RunState(learner, ckpt, train_state, ref_params, meta, latest, step=latest or 0)
-  if latest is None or 'sampled_query_index' in meta:
-    rs.sampled_Q = np.zeros(len(su.train_queries), bool)
-    rs.sampled_Q[np.asarray(meta.get('sampled_query_index', []), np.int64)] = True
-  if latest is None or 'trained_groups_per_query' in meta:
-    rs.trained_Q = np.zeros(len(su.train_queries), np.int64)
-    for q, n in meta.get('trained_groups_per_query', []):
-      rs.trained_Q[q] = n
-  else:
+  rs.sampled_Q, rs.trained_Q = coverage_lib.from_meta(meta, latest is not None,
+                                                      len(su.train_queries))
+  if rs.sampled_Q is None:
     logging.warning('the checkpoint of step %d predates pool coverage: summary.json will '
                     'have no pool_coverage', latest)
   if allocators_lib.allocator_class(config.method).needs_profile:
@@ -465,7 +430,7 @@ def rl_step(su: Setup, rs: RunState) -> dict | None:
   rs.learner.count_train(su.ledger, t.rows_per_batch, seq_len, int(filled.layout.valid_R.sum()),
                          passes=t.mu)
   if rs.trained_Q is not None:
-    mark_trained(rs.trained_Q, filled.layout, filled.rollout.rewards_R)
+    coverage_lib.mark_trained(rs.trained_Q, filled.layout, filled.rollout.rewards_R)
   rs.step += 1
   row = _metrics_row(su, rs, filled, step_metrics, time.time() - step_start)
   row.update(_useful_shares(su.ledger, tokens_before))
@@ -571,11 +536,7 @@ def maybe_checkpoint(su: Setup, rs: RunState) -> None:
     rs.meta.update(step=step, allocator=rs.allocator.state_dict(),
                    flops=su.ledger.state_dict(), last_eval=rs.last_eval,
                    stop_reason=rs.stop_reason, wall_seconds=rs.wall_seconds())
-    if rs.sampled_Q is not None:
-      rs.meta['sampled_query_index'] = np.flatnonzero(rs.sampled_Q).tolist()
-    if rs.trained_Q is not None:  # sparse: [query, count] pairs
-      rs.meta['trained_groups_per_query'] = [[int(q), int(rs.trained_Q[q])]
-                                             for q in np.flatnonzero(rs.trained_Q)]
+    coverage_lib.to_meta(rs.meta, rs.sampled_Q, rs.trained_Q)
     rs.ckpt.save(step, rs.train_state, metrics_lib.to_jsonable(rs.meta))
 
 
@@ -610,7 +571,7 @@ def finalize(su: Setup, rs: RunState) -> dict:
       'environment': environment.describe(),
   }
   if rs.sampled_Q is not None:
-    summary['pool_coverage'] = pool_coverage(rs.sampled_Q, rs.trained_Q)
+    summary['pool_coverage'] = coverage_lib.pool_coverage(rs.sampled_Q, rs.trained_Q)
   if rs.allocation is not None:
     summary['profile'] = rs.allocation.summary()
   if hasattr(rs.allocator, 'summary'):  # an allocator's own diagnostics (sgpo_bayes)

@@ -18,6 +18,7 @@ from sgpo_jax import tasks, train
 from sgpo_jax.compare import analysis as compare_analysis
 from sgpo_jax.config import defaults as default_config
 from sgpo_jax.outputs import checkpoint as checkpoint_lib
+from sgpo_jax.allocators import coverage as coverage_lib
 from sgpo_jax.rl import learner as learner_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -402,24 +403,6 @@ def test_rollout_fn_marks_the_valid_rows_queries_of_every_category(monkeypatch):
   layout.valid_R = np.array([1, 1, 0, 0, 0, 0], bool)
   rollout_fn(layout)
   np.testing.assert_array_equal(sampled_Q, [0, 1, 1, 0, 1, 0])
-  assert train.pool_coverage(sampled_Q) == {'pool_size': 6, 'sampled': 3,
-                                            'never_sampled_share': 0.5}
+  assert coverage_lib.pool_coverage(sampled_Q) == {'pool_size': 6, 'sampled': 3,
+                                                  'never_sampled_share': 0.5}
 
-
-def test_trained_groups_with_spread_are_counted_per_query_and_their_concentration():
-  # Three groups: query 7 (rewards 1, 0: spread), query 2 (1, 1: all-equal), query 7 again
-  # in a later batch; padding rows never count.
-  layout = types.SimpleNamespace(row_query_index_R=np.array([7, 7, 2, 2, -1, -1]),
-                                 group_id_R=np.array([0, 0, 1, 1, 2, 3]),
-                                 valid_R=np.array([1, 1, 1, 1, 0, 0], bool), num_groups=6)
-  trained_Q = np.zeros(20, np.int64)
-  train.mark_trained(trained_Q, layout, np.array([1.0, 0.0, 1.0, 1.0, 0.0, 0.0]))
-  layout.row_query_index_R = np.array([7, 7, 3, 3, -1, -1])
-  train.mark_trained(trained_Q, layout, np.array([0.0, 1.0, 0.5, 0.0, 0.0, 0.0]))
-  assert trained_Q[7] == 2 and trained_Q[3] == 1 and trained_Q.sum() == 3
-  cov = train.pool_coverage(np.ones(20, bool), trained_Q)
-  # 2 of 20 prompts trained on; the top tenth (2 prompts) holds all 3 groups.
-  assert (cov['trained_groups'], cov['trained_prompts_share'],
-          cov['top_decile_trained_share']) == (3, 0.1, 1.0)
-  trained_Q[:] = 1  # evenly spread: the top tenth holds a tenth
-  assert train.pool_coverage(np.ones(20, bool), trained_Q)['top_decile_trained_share'] == 0.1

@@ -109,7 +109,7 @@ def test_the_package_never_imports_a_study_or_a_benchmark():
 ALLOCATORS = 'sgpo_jax.allocators'
 # What every allocator may build on; anything else under allocators/ is one method's own.
 SHARED_ALLOCATOR_MODULES = frozenset(f'{ALLOCATORS}.{m}' for m in (
-    'base', 'rows', 'settings', 'pool_walk', 'dynamic_sampling', 'beta'))
+    'base', 'rows', 'settings', 'pool_walk', 'dynamic_sampling', 'beta', 'coverage'))
 
 
 def _method_of(module: str) -> str | None:
