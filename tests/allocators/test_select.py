@@ -217,7 +217,33 @@ def test_fill_target_stops_refilling_once_that_share_is_informative():
   assert any(b.info['rounds'] < f.info['rounds'] for b, f in zip(part_batches, full_batches))
 
 
+def test_train_cooldown_rests_a_prompt_after_a_step_trained_on_it():
+  kinds = pool()
+  alloc = make(explore_rows=4, train_cooldown=3)
+  inner = fake_rollout(alloc, kinds, [])
+  rolled_this_step: set[int] = set()
+
+  def recording(layout, round_index=None, category='rollout'):
+    rolled_this_step.update(layout.row_query_index_R[layout.valid_R].tolist())
+    return inner(layout, round_index, category)
+  trained_at: dict[int, list[int]] = {}
+  for step in range(30):
+    rolled_this_step.clear()
+    batch = alloc.fill_batch(recording)
+    # Nothing trained in the 3 steps before was rolled out again this step.
+    recent = {q for q, steps in trained_at.items() if any(step - 3 <= s for s in steps)}
+    assert not rolled_this_step & recent
+    for q in set(batch.layout.row_query_index_R[batch.layout.valid_R].tolist()):
+      trained_at.setdefault(q, []).append(step)
+  # The four coin prompts (the only informative ones) take turns: each rests 3 steps after
+  # it trains, so none trains on more than a quarter of the 30 steps (+1 for the phase).
+  assert trained_at and all(len(steps) <= 8 for steps in trained_at.values())
+  assert alloc.state.last_trained.max() >= 25
+
+
 def test_settings_refuse_bad_values_by_name():
+  with pytest.raises(ValueError, match='sgpo_select.train_cooldown=-1'):
+    SelectSettings(train_cooldown=-1)
   with pytest.raises(ValueError, match='sgpo_select.fill_target=0'):
     SelectSettings(fill_target=0.0)
   with pytest.raises(ValueError, match='sgpo_select.forget=1.5'):

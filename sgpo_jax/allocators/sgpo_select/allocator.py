@@ -34,7 +34,12 @@ whole pool (math in `selection.py`, the Beta posterior in `allocators/beta.py`):
    tried because, in paper_like, this rule's fuller batches taught no more per optimizer
    step than DAPO at G=4's (`compare diagnose`, by-step table). On two development seeds
    (0.33 and 0.5) the cheaper steps taught less each and saved nothing: kept as an option,
-   off by default (studies/allocator_comparison/select/README.md). Every rollout updates its prompt's evidence; every round is charged
+   off by default (studies/allocator_comparison/select/README.md). `train_cooldown` k > 0
+   rests a prompt for k steps after a step trained on it: the informative prompts are
+   mostly the few at the frontier, and the rule's extra rows were repeats of them (the
+   trainer's per-prompt counts); on the development seeds resting them spread the training
+   over more prompts and closed small_pool's gap, but the wasted share rose back to DAPO at
+   G=4's and nothing was saved against it. Off by default. Every rollout updates its prompt's evidence; every round is charged
    as 'rollout', dropped rows included.
 Each batch logs `filled_share` (trained rows / R); summary.json's allocator block has the
 wasted (all-equal) share of rolled-out groups, the share of the pool never sampled and the
@@ -85,6 +90,7 @@ class SelectSettings(AllocatorSettings):
   max_rounds: int = 4  # rollout rounds per batch, then padded (as DAPO)
   train_cost_per_row: float = 0.0  # > 0: stop refilling when a round would not pay
   fill_target: float = 1.0  # stop refilling once this share of rows_per_batch is trained on
+  train_cooldown: int = 0  # a prompt trained on is not rolled out for this many steps
 
   def check(self) -> None:
     object.__setattr__(self, 'group_sizes',
@@ -119,6 +125,10 @@ class SelectSettings(AllocatorSettings):
     require(self.train_cost_per_row >= 0,
             f'sgpo_select.train_cost_per_row={self.train_cost_per_row} must be >= 0 (0: '
             'refill up to max_rounds).')
+    require(isinstance(self.train_cooldown, int) and not isinstance(self.train_cooldown, bool)
+            and self.train_cooldown >= 0,
+            f'sgpo_select.train_cooldown={self.train_cooldown!r} must be an integer >= 0 '
+            '(steps a prompt rests after a step trained on it; 0: none).')
     require(0.0 < self.fill_target <= 1.0,
             f'sgpo_select.fill_target={self.fill_target} must be in (0, 1] (the share of '
             'train.rows_per_batch after which no further round is rolled out; 1: fill the '
@@ -138,6 +148,7 @@ class SelectState:
   fail: np.ndarray  # [Q] float64 decayed failures
   last_step: np.ndarray  # [Q] int32 last step the prompt was rolled out (-1 = never)
   times_sampled: np.ndarray  # [Q] int32 groups rolled out
+  last_trained: np.ndarray  # [Q] int32 last step a group of it was trained on (-1 = never)
   steps: int = 0
   # Diagnostics (summary.json 'allocator' block).
   train_groups: int = 0  # groups rolled out
@@ -175,7 +186,8 @@ class SelectAllocator(Allocator):
     q = self.num_queries
     self.state = SelectState(succ=np.zeros(q), fail=np.zeros(q),
                              last_step=np.full(q, -1, np.int32),
-                             times_sampled=np.zeros(q, np.int32))
+                             times_sampled=np.zeros(q, np.int32),
+                             last_trained=np.full(q, -1, np.int32))
 
   @classmethod
   def from_config(cls, config: Any, num_queries: int, profile: Any = None,
@@ -264,6 +276,8 @@ class SelectAllocator(Allocator):
       st.succ, st.fail = selection.forget(st.succ, st.fail, cfg.forget)
     builder = dynamic_sampling.RoundBatchBuilder(self.rows_per_batch, cfg.max_rounds)
     eligible_Q = np.ones(self.num_queries, bool)  # one group per prompt per step
+    if cfg.train_cooldown:
+      eligible_Q &= (st.last_trained < 0) | (st.steps - st.last_trained > cfg.train_cooldown)
     rounds: list[Rollout] = []
     explored = 0
     min_g = cfg.group_sizes[0]
@@ -289,6 +303,8 @@ class SelectAllocator(Allocator):
       eligible_Q[plan.query_index] = False
       rounds.append(rollout)
     batch = builder.build()
+    kept_R = np.asarray(batch.layout.valid_R, bool)
+    st.last_trained[np.asarray(batch.layout.row_query_index_R)[kept_R]] = st.steps
     st.dropped_groups += batch.dropped_groups
     st.overflow_groups += batch.overflow_groups
     st.filled_rows += batch.layout.num_valid_rows
