@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 from sgpo_jax import allocators as allocators_lib
 from sgpo_jax import errors, tasks
+from sgpo_jax.allocators import coverage as coverage_lib
 from sgpo_jax.config import check as config_check
 from sgpo_jax.config import resume as resume_lib
 from sgpo_jax.data import inputs as inputs_lib
@@ -65,7 +66,6 @@ from sgpo_jax.parallel import processes
 from sgpo_jax.parallel import sharding as sharding_lib
 from sgpo_jax.planning import dry_run as dry_run_lib
 from sgpo_jax.pretrained import fetch as pretrained_fetch
-from sgpo_jax.allocators import coverage as coverage_lib
 from sgpo_jax.rl import learner as learner_lib
 from sgpo_jax.rl import overlong as overlong_lib
 from sgpo_jax.rl import warm_start as warm_start_lib

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from sgpo_jax import tasks, train
+from sgpo_jax.allocators import coverage as coverage_lib
 from sgpo_jax.compare import analysis as compare_analysis
 from sgpo_jax.config import defaults as default_config
 from sgpo_jax.outputs import checkpoint as checkpoint_lib
-from sgpo_jax.allocators import coverage as coverage_lib
 from sgpo_jax.rl import learner as learner_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -38,8 +38,9 @@ whole pool (math in `selection.py`, the Beta posterior in `allocators/beta.py`):
    rests a prompt for k steps after a step trained on it: the informative prompts are
    mostly the few at the frontier, and the rule's extra rows were repeats of them (the
    trainer's per-prompt counts); on the development seeds resting them spread the training
-   over more prompts and closed small_pool's gap, but the wasted share rose back to DAPO at
-   G=4's and nothing was saved against it. Off by default. Every rollout updates its prompt's evidence; every round is charged
+   over more prompts and narrowed small_pool's gap, but the wasted share rose back to DAPO at
+   G=4's and nothing was saved against it. Off by default.
+   Every rollout updates its prompt's evidence; every round is charged
    as 'rollout', dropped rows included.
 Each batch logs `filled_share` (trained rows / R); summary.json's allocator block has the
 wasted (all-equal) share of rolled-out groups, the share of the pool never sampled and the
