@@ -17,28 +17,54 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 import ml_collections
 
+from sgpo_jax import errors
 from sgpo_jax.model import hf as hf_lib
 from sgpo_jax.model import lora as lora_lib
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.outputs import checkpoint as checkpoint_lib
+from sgpo_jax.outputs import paths as paths_lib
 
 
 def run_model_config(workdir: str) -> model_lib.ModelConfig:
-  path = os.path.join(workdir, 'config.json')
-  if not os.path.exists(path):
-    raise ValueError(f'{workdir!r} has no config.json: pass the --workdir of a sgpo_jax run.')
-  with open(path) as f:
-    config = ml_collections.ConfigDict(json.load(f))
+  path = paths_lib.join(workdir, 'config.json')
+  if not paths_lib.exists(path):
+    raise errors.ConfigError(f'{workdir!r} has no config.json: pass the --workdir of a '
+                             'sgpo_jax run.')
+  config = ml_collections.ConfigDict(json.loads(paths_lib.read_text(path)))
   return model_lib.ModelConfig.from_config(config.model)
+
+
+def check_request(workdir: str, step: int | None = None, peft_out: str | None = None,
+                  dtype: str | None = None) -> model_lib.ModelConfig:
+  """The run's ModelConfig once the request fits the run: a dtype the writer knows, adapters
+  to write only from a LoRA run, a --step that was saved. Each mistake raises ConfigError
+  (one line) before any checkpoint is read."""
+  cfg = run_model_config(workdir)
+  if dtype is not None and dtype not in hf_lib.EXPORT_DTYPES:
+    raise errors.ConfigError(f'--dtype={dtype!r}: use one of {list(hf_lib.EXPORT_DTYPES)}.')
+  if peft_out and not lora_lib.enabled(cfg):
+    raise errors.ConfigError(f'--peft_out={peft_out!r}: the run in {workdir!r} has no LoRA '
+                             'adapters (model.lora_rank=0).')
+  if step is not None:
+    ckpt = checkpoint_lib.Checkpointer(paths_lib.join(workdir, 'checkpoints'))
+    try:
+      saved = ckpt.all_steps()
+    finally:
+      ckpt.close()
+    if step not in saved:
+      raise errors.ConfigError(f'--step={step}: {workdir!r} has checkpoints at steps {saved}; '
+                               'pass one of them or leave --step out for the newest.')
+  return cfg
 
 
 def load_policy(workdir: str, step: int | None = None):
   """(params, ModelConfig, step) of the run's checkpoint `step` (default: the latest)."""
-  cfg = run_model_config(workdir)
-  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
+  cfg = check_request(workdir, step)
+  ckpt = checkpoint_lib.Checkpointer(paths_lib.join(workdir, 'checkpoints'))
   try:
     if step is None:  # the newest intact checkpoint, as a resume would pick it
       restored = ckpt.restore_latest(None, move_aside=False)
@@ -69,14 +95,12 @@ def special_token_ids(tokenizer_dir: str) -> dict[str, int]:
 
 def export_run(workdir: str, out_dir: str, step: int | None = None, peft_out: str | None = None,
                **kwargs) -> list[str]:
+  check_request(workdir, step, peft_out, kwargs.get('dtype'))
   params, cfg, _ = load_policy(workdir, step)
   if lora_lib.enabled(cfg):
     if peft_out:
       lora_lib.save_peft(cfg, params, peft_out)
     params = lora_lib.merged_params(cfg, params)
-  elif peft_out:
-    raise ValueError(f'--peft_out={peft_out!r}: the run in {workdir!r} has no LoRA adapters '
-                     '(model.lora_rank=0).')
   tokenizer_dir = os.path.join(workdir, 'tokenizer')
   has_hf_tokenizer = os.path.exists(os.path.join(tokenizer_dir, 'tokenizer_config.json'))
   token_ids = special_token_ids(tokenizer_dir) if has_hf_tokenizer else {}
@@ -91,18 +115,31 @@ def export_run(workdir: str, out_dir: str, step: int | None = None, peft_out: st
   return files
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog='python -m sgpo_jax.export',
+                                   description=__doc__.splitlines()[0])
   parser.add_argument('--workdir', required=True)
   parser.add_argument('--out', required=True)
   parser.add_argument('--step', type=int, default=None)
-  parser.add_argument('--dtype', default=None, help='float32 | bfloat16 (default: param dtype)')
+  parser.add_argument('--dtype', default=None,
+                      help=f'one of {list(hf_lib.EXPORT_DTYPES)} (default: the param dtype)')
   parser.add_argument('--peft_out', default=None,
                       help='LoRA runs: also write the adapters alone (PEFT layout) here')
-  args = parser.parse_args()
-  files = export_run(args.workdir, args.out, args.step, peft_out=args.peft_out, dtype=args.dtype)
+  args = parser.parse_args(argv)
+  try:
+    files = export_run(args.workdir, args.out, args.step, peft_out=args.peft_out,
+                       dtype=args.dtype)
+  except Exception as e:  # a known failure is one line; anything else keeps its traceback
+    known = errors.describe(e)
+    if known is None and isinstance(e, ValueError):  # a checkpoint that fails its checks
+      known = (errors.FAILURE, errors.one_line(e))
+    if known is None:
+      raise
+    print(f'error: {known[1]}', file=sys.stderr)
+    return known[0]
   print(f'wrote {len(files)} files to {args.out}')
+  return 0
 
 
 if __name__ == '__main__':
-  main()
+  sys.exit(main())

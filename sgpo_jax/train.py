@@ -115,24 +115,28 @@ def setup(config, workdir: str, show_progress: bool = True,
   change), then loads data, builds mesh, tokenizer, initial policy and sampler. Nothing is
   written to the workdir before every check has passed."""
   check_config(config, jax.device_count())
+  # The workdir's storage backend and a resume's config first: neither needs the model, and a
+  # first fetch of a catalog model takes minutes.
+  paths_lib.check_workdir(workdir, config)
+  changes = resume_lib.check_resume(config, workdir, tuple(allow_config_change))
   if config.model.get('pretrained'):  # the catalog model, fetched once into the cache
+    with errors.config_errors():  # an unknown name: one line
+      cached = pretrained_fetch.model_dir(config.model.pretrained)
+    if os.path.abspath(cached) != os.path.abspath(config.model.hf_path):
+      raise errors.ConfigError(
+          f'model.pretrained={config.model.pretrained!r} is cached in {cached} but '
+          f'model.hf_path={config.model.hf_path!r}; set model.hf_path to the cached folder '
+          '(sgpo_jax.pretrained.fetch.model_dir) or leave model.pretrained empty.')
     try:
       with errors.config_errors():
-        fetched = pretrained_fetch.ensure(config.model.pretrained, log=logging.info)
+        pretrained_fetch.ensure(config.model.pretrained, log=logging.info)
     except ConnectionError as e:
       raise errors.ConfigError(f'model.pretrained={config.model.pretrained!r} is not cached '
                                f'and cannot be fetched: {e}') from e
-    if os.path.abspath(fetched) != os.path.abspath(config.model.hf_path):
-      raise errors.ConfigError(
-          f'model.pretrained={config.model.pretrained!r} is cached in {fetched} but '
-          f'model.hf_path={config.model.hf_path!r}; set model.hf_path to the cached folder '
-          '(sgpo_jax.pretrained.fetch.model_dir) or leave model.pretrained empty.')
-  # Inputs (paths, then tokenizer, checkpoint config and data parsed) and the workdir's
-  # storage backend, before any compute or write.
+  # Inputs (paths, then tokenizer, checkpoint config and data parsed), before any compute
+  # or write.
   with errors.config_errors():
     inputs_lib.check_paths(config)
-  paths_lib.check_workdir(workdir, config)
-  changes = resume_lib.check_resume(config, workdir, tuple(allow_config_change))
   mesh = sharding_lib.make_mesh(config.mesh)
   tokenizer = tokenizer_lib.load_tokenizer(config.tokenizer)
   model_cfg = model_lib.ModelConfig.from_config(config.model)

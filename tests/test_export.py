@@ -22,8 +22,9 @@ from sgpo_jax.parallel import sharding as sharding_lib
 pytest.importorskip('torch')
 
 
-def fake_run(workdir: str, hf_dir: str, steps: dict[int, object]) -> None:
-  """A workdir as a run leaves it: config.json (model block), tokenizer/, checkpoints."""
+def fake_run(workdir: str, hf_dir: str, steps: dict[int, object], opt_state: bool = False) -> None:
+  """A workdir as a run leaves it: config.json (model block), tokenizer/, checkpoints (with an
+  AdamW state beside the params when `opt_state`)."""
   cfg = hf.model_config_from_hf(hf_dir, param_dtype='float32', dtype='float32')
   os.makedirs(workdir)
   with open(os.path.join(workdir, 'config.json'), 'w') as f:
@@ -36,7 +37,11 @@ def fake_run(workdir: str, hf_dir: str, steps: dict[int, object]) -> None:
       shutil.copy(os.path.join(hf_dir, file), tok_dir)
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'), keep=len(steps))
   for step, params in steps.items():
-    ckpt.save(step, {'params': params}, {'step': step})
+    state = {'params': params}
+    if opt_state:
+      import optax
+      state['opt_state'] = optax.adamw(1e-3).init(params)
+    ckpt.save(step, state, {'step': step})
   ckpt.close()
 
 
@@ -92,26 +97,35 @@ def test_export_keeps_special_token_ids_and_a_generation_config(tiny, tmp_path):
   assert AutoTokenizer.from_pretrained(out).chat_template
 
 
-def test_export_restores_a_checkpoint_with_optimizer_state(tmp_path):
-  """A run's state holds optax namedtuples: keystr names their fields `.mu`, a restore without
-  a target (export) hands them back as dict keys `['mu']`; the checksum still matches."""
-  import optax
-  params = {'w': np.arange(6, dtype=np.float32).reshape(2, 3)}
-  state = {'params': params, 'opt_state': optax.adamw(1e-3).init(params)}
-  ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'checkpoints'))
-  ckpt.save(4, state, {'step': 4})
-  ckpt.wait()
-  restored, meta = ckpt.restore(4, None)
-  ckpt.verify(restored, meta)
-  restored['params']['w'] = restored['params']['w'] + 1
-  with pytest.raises(ValueError, match='checksum mismatch'):
-    ckpt.verify(restored, meta)
-  ckpt.close()
+def test_export_restores_a_run_whose_checkpoint_holds_optimizer_state(tiny, tmp_path):
+  """A run saves optax namedtuples beside the params; export restores without a target, so
+  they come back as dicts, and the checksum must still match (outputs/test_checkpoint.py)."""
+  hf_dir, cfg, params = tiny
+  workdir = str(tmp_path / 'run')
+  fake_run(workdir, hf_dir, {5: _host(params)}, opt_state=True)
+  loaded, _, step = export.load_policy(workdir)
+  assert step == 5
+  np.testing.assert_array_equal(loaded['embedding'], _host(params)['embedding'])
 
 
-def test_checksum_paths_compare_in_dict_form_through_attribute_chains():
-  """A QLoRA base's quantized leaf is `.array.qvalue` under keystr when saved and
-  `['array']['qvalue']` when restored without a target: both links must convert."""
-  saved = {"['params']['k']['kernel'].array.qvalue": 7, "['opt'][0].count": 1}
-  restored = {"['params']['k']['kernel']['array']['qvalue']": 7, "['opt'][0]['count']": 1}
-  assert checkpoint_lib._comparable_paths(saved) == checkpoint_lib._comparable_paths(restored)
+@pytest.mark.parametrize('flags, fragments', [
+    (['--dtype', 'float8'], ["--dtype='float8': use one of ['float32', 'bfloat16', 'float16']"]),
+    (['--peft_out', 'adapters'], ["--peft_out='adapters': the run in", '(model.lora_rank=0)']),
+    (['--step', '9'], ['--step=9: ', 'has checkpoints at steps [2]']),
+])
+def test_cli_refuses_a_bad_request_in_one_line_before_restoring(tiny, tmp_path, capsys,
+                                                                monkeypatch, flags, fragments):
+  hf_dir, _, params = tiny
+  workdir = str(tmp_path / 'run')
+  fake_run(workdir, hf_dir, {2: _host(params)})
+  monkeypatch.setattr(export, 'load_policy', lambda *a: pytest.fail('restored first'))
+  code = export.main(['--workdir', workdir, '--out', str(tmp_path / 'hf'), *flags])
+  err = capsys.readouterr().err
+  assert code == 2 and err.startswith('error: ') and err.count('\n') == 1, err
+  assert all(f in err for f in fragments), err
+
+
+def test_cli_names_a_folder_that_is_not_a_run(tmp_path, capsys):
+  assert export.main(['--workdir', str(tmp_path), '--out', str(tmp_path / 'hf')]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith('error: ') and 'has no config.json' in err and err.count('\n') == 1

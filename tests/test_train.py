@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -50,6 +51,32 @@ def read_jsonl(path):
     return [json.loads(line) for line in f if line.strip()]
 
 
+OUTPUTS_DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           'docs', 'outputs.md')
+
+
+def documented_fields(section: str) -> list[re.Pattern]:
+  """The field names in the first column of docs/outputs.md's `## section` tables, as
+  patterns (`eval_accuracy_d<k>` matches eval_accuracy_d1, eval_accuracy_d2, ...)."""
+  with open(OUTPUTS_DOC) as f:
+    text = f.read()
+  body = text.split(f'## {section}\n', 1)[1].split('\n## ', 1)[0]
+  names = [name for line in body.splitlines() if line.startswith('| `')
+           for name in re.findall(r'`([^`]+)`', line.split('|')[1])]
+  return [re.compile(re.escape(n).replace(re.escape('<k>'), r'\d+') + '$') for n in names]
+
+
+def assert_outputs_documented(workdir: str) -> None:
+  """Every metrics.jsonl and summary.json field the run wrote is a row of docs/outputs.md
+  (the contract other tools read): a new field lands with its line there."""
+  for section, keys in (
+      ('metrics.jsonl', {k for r in read_jsonl(os.path.join(workdir, 'metrics.jsonl')) for k in r}),
+      ('summary.json', set(json.load(open(os.path.join(workdir, 'summary.json')))))):
+    patterns = documented_fields(section)
+    missing = sorted(k for k in keys if not any(p.match(k) for p in patterns))
+    assert not missing, f'docs/outputs.md ## {section} does not list {missing}'
+
+
 def coin_flip_reward(data_config):
   """A deterministic pseudo-random 0/1 reward per (query, completion): a tiny barely-trained
   policy then has a spread of p_hat, so the allocation has several G phases to walk through."""
@@ -89,6 +116,7 @@ def test_sgpo_run_writes_output_contract(sgpo_run):
     assert key in on_disk, key
   assert set(on_disk['flops']) >= {'profile', 'rollout', 'reference', 'train', 'total'}
   assert summary['steps'] == 6
+  assert_outputs_documented(workdir)
 
 
 @pytest.mark.slow

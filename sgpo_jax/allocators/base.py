@@ -97,7 +97,7 @@ class BatchPlan:
   """The prompts of one RL batch (or, for DAPO, of one generation round)."""
   query_index: np.ndarray  # [P] int64 indices into the training pool
   group_size: np.ndarray  # [P] int32 G per prompt
-  phase: str  # 'G2', 'G4', 'G8', 'mix', 'grpo', 'dapo'
+  phase: str  # sGPO's 'G2', 'G4', 'G8', 'mix'; else the allocator's name
   is_replay: np.ndarray | None = None  # [P] bool: sGPO trivial replay prompts (None = none)
 
   def rows(self, rows_per_batch: int) -> RowLayout:

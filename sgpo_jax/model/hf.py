@@ -64,6 +64,7 @@ _ARCH_FIELDS = ('vocab_size', 'd_model', 'n_layers', 'n_heads', 'n_kv_heads', 'h
                 'rope_high_freq_factor', 'rope_original_max_len', 'rms_eps', 'tie_embeddings',
                 'qkv_bias', 'qk_norm')
 _NP_DTYPES = {'float32': np.float32, 'bfloat16': ml_dtypes.bfloat16, 'float16': np.float16}
+EXPORT_DTYPES = tuple(_NP_DTYPES)  # what save_hf_checkpoint's `dtype` accepts
 
 
 # ---------------------------------------------------------------------------------------------

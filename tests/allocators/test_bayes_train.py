@@ -44,6 +44,7 @@ def test_sgpo_bayes_ledger_counts_probes_and_sigkill_resume_is_exact(tmp_path):
   skipped = sum(r.get('skipped_step', 0) for r in rows)
   assert summary['skipped_steps'] == skipped
   assert summary['compiles']['train_step'] == int(skipped < len(rows))
+  test_train.assert_outputs_documented(str(tmp_path / 'full'))
 
   killed = _run_main(str(tmp_path / 'killed'), kill_after_step=3)
   assert killed.returncode == -signal.SIGKILL

