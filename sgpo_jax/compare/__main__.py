@@ -42,7 +42,12 @@ def _add_protocol_args(parser: argparse.ArgumentParser) -> None:
                       help="extra arm 'name=method,field=value,...' (repeatable)")
   parser.add_argument('--no-grpo', action='store_true',
                       help='do not add the GRPO reference arm: the report measures against '
-                           "DAPO's final accuracy (needs dapo among --arms)")
+                           "DAPO's final accuracy (needs dapo among --arms; GRPO runs listed in "
+                           '--arms are reported beside it, never as the reference)')
+  parser.add_argument('--required', default=None,
+                      help='comma-separated arms a regime needs at every planned seed to be '
+                           'complete (default: every chosen arm); the others are reported with '
+                           'what has finished')
   parser.add_argument('--seeds', default='0-4', help="'0-4' or '0,1,2' (default %(default)s)")
   parser.add_argument('--regime-seeds', action='append', default=[],
                       help="other seeds for one regime 'REGIME=SPEC', e.g. paper_like=100-109 "
@@ -156,13 +161,18 @@ def run_protocol(parser: argparse.ArgumentParser, args: argparse.Namespace,
   regime_seeds = {} if args.smoke else _regime_seeds(parser, args, regimes)
   headline = _pair(parser, args.headline, '/', '--headline', 'paper_like/sgpo_bayes_g24')
   pair = _pair(parser, args.head_to_head, ',', '--head-to-head', 'sgpo_bayes_g24,dapo_g4')
+  required = None if args.required is None else [a for a in args.required.split(',') if a]
+  if required is not None and not set(required) <= set(chosen):
+    parser.error(f'--required {args.required!r}: every required arm must be among the chosen '
+                 f'arms {list(chosen)}')
   results_dir = args.results_dir or os.path.join(args.runs_dir, 'results')
   command = ' '.join(['python -m sgpo_jax.compare', *argv])
   log = lambda m: print(m, flush=True)  # noqa: E731
 
   def write_report() -> None:
     results = analysis.analyse(args.runs_dir, regimes, list(chosen), seeds, command,
-                               args.bootstrap, regime_seeds, headline, pair)
+                               args.bootstrap, regime_seeds, headline, pair,
+                               reference='dapo' if args.no_grpo else None, required=required)
     results['note'] = args.note
     if results['regimes']:
       report.write_results(results, results_dir)

@@ -23,8 +23,12 @@ HEADLINE_REGIME, HEADLINE_ARM = 'paper_like', 'sgpo_bayes_g24'  # the recommende
 # The head-to-head that separates the posterior from "small G + dynamic sampling": the
 # recommended allocator against DAPO at the same small G.
 HEAD_TO_HEAD = ('sgpo_bayes_g24', 'dapo_g4')
-# Whose mean final accuracy is a regime's target: the first of these with a finished run.
+# Whose mean final accuracy is a regime's target: the first of these with a finished run
+# (unless `analyse` is told the reference: DAPO where a pre-registration names it).
 REFERENCES = ('grpo', 'dapo')
+# A head-to-head FLOPs interval decides only when neither arm reaches DAPO's final accuracy
+# in at most this share of the bootstrap resamples (the interval covers the rest).
+MAX_UNDEFINED = 0.025
 
 # ----------------------------------------------------------------------------------------
 # Curves and the statistics (pure functions: tests/compare/test_compare.py)
@@ -277,25 +281,32 @@ def head_to_head(grid: np.ndarray, curves: dict[str, np.ndarray], finals: dict[s
   and the FLOPs ratio at DAPO's final accuracy (control's FLOPs / arm's; > 1: the arm needs
   fewer). Verdict, the pre-registered rule: 'ahead' iff the difference's interval lies above
   0 or the ratio's lies above 1; 'behind' iff the difference's lies below 0 or the ratio's
-  below 1; otherwise 'does not separate'."""
+  below 1; otherwise 'does not separate'. The ratio's interval is read with its infinite ends
+  (only one arm reaches), so swapping arm and control mirrors the verdict; it counts only when
+  it covers at least 97.5% of the resamples (`MAX_UNDEFINED`): where neither arm reaches DAPO's
+  final accuracy in more of them, an interval over the rest would decide on a subset."""
   rng = np.random.default_rng(seed)
   fa, fc = finals[arm], finals[control]
   diff_B = np.array([fa[rng.integers(0, fa.size, fa.size)].mean()
                      - fc[rng.integers(0, fc.size, fc.size)].mean() for _ in range(num)])
   diff = {'point': float(fa.mean() - fc.mean()), 'ci95': interval(diff_B)}
   flops: dict[str, Any] = {'point': None, 'ci95': None, 'undefined_fraction': None}
+  ratio_ci = None  # the ratio's interval as the verdict reads it (inf kept), when it counts
   if dapo_target is not None:
     point = ratio(first_reach(grid, seed_mean(curves[control]), dapo_target),
                   first_reach(grid, seed_mean(curves[arm]), dapo_target))
     reps = np.array([ratio(c, a) for c, a in zip(boot_dapo['flops'][control],
                                                   boot_dapo['flops'][arm])])
-    flops = {'point': _finite(point, nan=True), 'ci95': _finite_list(interval(reps)),
+    raw = interval(reps)
+    flops = {'point': _finite(point, nan=True), 'ci95': _finite_list(raw),
              'undefined_fraction': float(np.mean(np.isnan(reps)))}
-  has_end = lambda m, i: m['ci95'] is not None and m['ci95'][i] is not None  # noqa: E731
-  above = ((has_end(diff, 0) and diff['ci95'][0] > 0)
-           or (has_end(flops, 0) and flops['ci95'][0] > 1))
-  below = ((has_end(diff, 1) and diff['ci95'][1] < 0)
-           or (has_end(flops, 1) and flops['ci95'][1] < 1))
+    if flops['undefined_fraction'] <= MAX_UNDEFINED:
+      ratio_ci = raw
+  diff_ci = diff['ci95'] or [None, None]
+  above = ((diff_ci[0] is not None and diff_ci[0] > 0)
+           or (ratio_ci is not None and ratio_ci[0] > 1))
+  below = ((diff_ci[1] is not None and diff_ci[1] < 0)
+           or (ratio_ci is not None and ratio_ci[1] < 1))
   verdict = ('ahead' if above and not below else 'behind' if below and not above
              else 'does not separate')
   return {'arm': arm, 'control': control, 'final_accuracy_diff': diff,
@@ -390,14 +401,16 @@ def regime_signature(config: dict[str, Any]) -> str:
 
 
 def finished_runs(runs_dir: str, regime: str, arms: list[str], seeds: list[int],
-                  log=print) -> dict[str, list[str]]:
-  """{arm: workdirs with summary.json} whose regime signature matches the reference's."""
+                  log=print, anchor: str | None = None) -> dict[str, list[str]]:
+  """{arm: workdirs with summary.json} whose regime signature matches the anchor's: the first
+  finished run of `anchor` (the reference), else of GRPO, else of the arms in order."""
   out: dict[str, list[str]] = {}
   for arm in arms:
     out[arm] = [os.path.join(runs_dir, regime, f'{arm}_seed{s}') for s in seeds
                 if os.path.exists(os.path.join(runs_dir, regime, f'{arm}_seed{s}',
                                                'summary.json'))]
-  ref = next((w for a in ('grpo', *arms) for w in out.get(a, [])), None)
+  order = ([anchor] if anchor else []) + ['grpo', *arms]
+  ref = next((w for a in order for w in out.get(a, [])), None)
   if ref is None:
     return out
   def signature(w: str) -> str:
@@ -446,26 +459,38 @@ def analyse(runs_dir: str, regimes: list[str], arms: list[str], seeds: list[int]
             command: str, num_bootstrap: int = BOOTSTRAP,
             regime_seeds: dict[str, list[int]] | None = None,
             headline: tuple[str, str] = (HEADLINE_REGIME, HEADLINE_ARM),
-            pair: tuple[str, str] = HEAD_TO_HEAD) -> dict[str, Any]:
+            pair: tuple[str, str] = HEAD_TO_HEAD, reference: str | None = None,
+            required: list[str] | None = None) -> dict[str, Any]:
   """The compare.json dict. `regime_seeds` plans other seeds for some regimes than `seeds`;
   `headline` names the (regime, arm) whose numbers are repeated at the top level and `pair`
-  the head-to-head (arm, control) reported per regime."""
+  the head-to-head (arm, control) reported per regime. `reference`: whose mean final
+  accuracy is the target (default: GRPO where it ran, else DAPO); `required`: the arms a
+  regime needs at every planned seed to be `complete` (default: all of `arms`), the others
+  (references, follow-ups) reported with what has finished."""
   regime_seeds = regime_seeds or {}
+  required = list(arms if required is None else required)
   results: dict[str, Any] = {'command': command, 'seeds_planned': seeds, 'regimes': {}}
   for regime in regimes:
     planned = regime_seeds.get(regime, seeds)
-    runs = finished_runs(runs_dir, regime, arms, planned)
+    runs = finished_runs(runs_dir, regime, arms, planned, anchor=reference)
     # The target is GRPO's final accuracy; a regime too costly for GRPO (the real model's)
     # is measured against DAPO's instead, as its pre-registration says.
-    reference = next((a for a in REFERENCES if runs.get(a)), None)
-    if reference is None:
+    chosen = reference or next((a for a in REFERENCES if runs.get(a)), None)
+    if chosen is None or not runs.get(chosen):
       continue
-    with open(os.path.join(runs[reference][0], 'config.json')) as f:
+    with open(os.path.join(runs[chosen][0], 'config.json')) as f:
       config = json.load(f)
-    block = analyse_regime(runs, float(config['train']['flops_budget']), reference=reference,
+    block = analyse_regime(runs, float(config['train']['flops_budget']), reference=chosen,
                            num_bootstrap=num_bootstrap, num_eval=int(config['data']['num_eval']),
                            pair=pair)
     block['seeds_planned'] = planned
+    # Complete = every required arm finished every planned seed (an arm with no finished run
+    # counts as missing all of them); verdicts are read only from a complete regime.
+    missing = {a: sorted(set(planned) - {int(w.rsplit('_seed', 1)[1]) for w in runs.get(a, [])})
+               for a in required}
+    block['required_arms'] = required
+    block['seeds_missing'] = {a: s for a, s in missing.items() if s}
+    block['complete'] = not block['seeds_missing']
     facts = regime_facts(runs, config)
     block.update(facts)
     for a in block['arms'].values():  # the regime's facts, repeated per arm for readers

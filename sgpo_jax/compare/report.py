@@ -140,15 +140,27 @@ def render(results: dict[str, Any]) -> str:
               f"{block.get('machine') or 'not recorded'}. (Another machine builds another "
               'initial policy from the same config; its runs are not mixed in.)', '']
     planned = len(block.get('seeds_planned') or [])
-    if planned and min(n_seeds.values()) < planned:
+    if 'complete' in block:  # required arms named by the analysis (an absent arm counts)
+      if not block['complete']:
+        lines += [f'**Partial:** required arms without all {planned} planned seeds (missing): '
+                  + ', '.join(f'{a} ({", ".join(map(str, s))})'
+                              for a, s in block['seeds_missing'].items()) + '.', '']
+      optional = {a: n for a, n in n_seeds.items()
+                  if a not in block['required_arms'] and n < planned}
+      if optional:
+        lines += ['Not required, reported as far as finished: '
+                  + ', '.join(f'{a} ({n} of {planned})' for a, n in optional.items()) + '.', '']
+    elif planned and min(n_seeds.values()) < planned:
       lines += [f'**Partial:** arms with fewer than the {planned} planned seeds: '
                 + ', '.join(f'{a} ({n})' for a, n in n_seeds.items() if n < planned) + '.', '']
     reference = _REF[block.get('reference', 'grpo')]
     if reference != 'GRPO':
-      lines += [f'**No GRPO run in this regime**: the target is {reference}\'s mean final '
-                f'accuracy (the reference its pre-registration names), so "FLOPs to target" '
-                f'and "vs {reference}" are at {reference}\'s final accuracy and "vs GRPO" is '
-                'n/a.', '']
+      why = ('GRPO ran here as a reference only' if 'grpo' in block['arms']
+             else 'no GRPO run in this regime')
+      lines += [f'**The target is {reference}\'s mean final accuracy** ({why}; the reference '
+                f'its pre-registration names), so "FLOPs to target" and the ratios are at '
+                f'{reference}\'s final accuracy'
+                + ('.' if 'grpo' in block['arms'] else ' ("vs GRPO" is n/a).'), '']
     if not block.get('reference_learned', True):
       lines += [f"**{reference} did not improve on the initial policy here** (initial "
                 f"{_pct(block['initial_accuracy'])}%, final {_pct(block['target_accuracy'])}%): "
@@ -172,9 +184,9 @@ def render(results: dict[str, Any]) -> str:
     dapo_bar = next((a['at_dapo_final'] for a in block['arms'].values()
                      if a.get('at_dapo_final')), None)
     if dapo_bar is not None:
-      lines += ['', f"At DAPO's own final accuracy ({_pct(dapo_bar['target_accuracy'])}%, a "
-                'higher bar than GRPO\'s; same rule and bootstrap, DAPO\'s seeds resampled for '
-                'the target): FLOPs to reach and hold it, and the ratio vs DAPO [95% CI]: ' +
+      bar = 'a higher bar than GRPO\'s; ' if block.get('reference', 'grpo') == 'grpo' else ''
+      lines += ['', f"At DAPO's own final accuracy ({_pct(dapo_bar['target_accuracy'])}%, {bar}"
+                'same rule and bootstrap, DAPO\'s seeds resampled for the target): FLOPs to reach and hold it, and the ratio vs DAPO [95% CI]: ' +
                 '; '.join(f"{arm} {_sci(a['at_dapo_final']['flops_to_target']['mean'])} "
                           f"({_x(a['at_dapo_final']['ratio_vs_dapo']['point'])} "
                           f"{_ci(a['at_dapo_final']['ratio_vs_dapo']['ci95'], _x)})"

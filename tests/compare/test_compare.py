@@ -327,7 +327,8 @@ def test_a_regime_without_grpo_is_measured_against_dapo(tmp_path):
   assert fast['ratio_vs_grpo']['point'] is None and fast['wall_ratio_vs_grpo'] is None
   assert block['epochs_grpo'] is None and block['head_to_head']['verdict'] == 'ahead'
   text = report.render(results)
-  assert "**No GRPO run in this regime**: the target is DAPO's mean final accuracy" in text
+  assert ("**The target is DAPO's mean final accuracy** (no GRPO run in this regime" in text
+          and '("vs GRPO" is n/a)' in text)
   assert 'GRPO did not improve' not in text
 
 
@@ -695,6 +696,58 @@ def test_head_to_head_on_hand_made_finals_and_curves():
   assert tie['verdict'] == 'does not separate'
 
 
+def test_head_to_head_verdict_mirrors_and_needs_a_defined_flops_interval():
+  grid = np.linspace(0, 100, 101)
+  finals = {'arm': np.array([0.70, 0.80]), 'ctl': np.array([0.72, 0.78])}  # diff spans 0
+  # The arm reaches 0.71 at 50 FLOPs on both seeds, the control never does: every resample's
+  # ratio is +inf, an interval [inf, inf] that lies above 1 (its JSON form reads [None, None]).
+  curves = {'arm': np.stack([np.minimum(grid / 50, 1) * 0.71] * 2),
+            'ctl': np.stack([np.full(grid.size, 0.5)] * 2),
+            'dapo': np.stack([np.minimum(grid / 100, 1) * 0.71] * 2)}
+  boot = analysis.bootstrap_flops(grid, curves, finals | {'dapo': curves['dapo'][:, -1]},
+                                  'dapo', num=200, seed=1)
+  ahead = analysis.head_to_head(grid, curves, finals, 'arm', 'ctl', 0.71, boot, num=200)
+  behind = analysis.head_to_head(grid, curves, finals, 'ctl', 'arm', 0.71, boot, num=200)
+  assert ahead['flops_ratio_at_dapo_final']['ci95'] == [None, None]
+  assert behind['flops_ratio_at_dapo_final']['ci95'] == [0.0, 0.0]
+  assert (ahead['verdict'], behind['verdict']) == ('ahead', 'behind')
+  # Neither reaches in most resamples (the control never, the arm on one seed of two): the
+  # defined replicates are a subset, so the FLOPs leg decides nothing either way.
+  curves['arm'] = np.stack([np.minimum(grid / 50, 1) * 0.9, np.full(grid.size, 0.3)])
+  boot = analysis.bootstrap_flops(grid, curves, finals | {'dapo': curves['dapo'][:, -1]},
+                                  'dapo', num=200, seed=1)
+  for a, c in (('arm', 'ctl'), ('ctl', 'arm')):
+    out = analysis.head_to_head(grid, curves, finals, a, c, 0.71, boot, num=200)
+    assert out['flops_ratio_at_dapo_final']['undefined_fraction'] > analysis.MAX_UNDEFINED
+    assert out['verdict'] == 'does not separate'
+
+
+def test_an_explicit_reference_and_required_arms_decide_target_and_completeness(tmp_path):
+  """The real regime's rule: DAPO's final accuracy is the target even where GRPO ran (as a
+  reference arm), and the regime is complete only when every required arm has every planned
+  seed; an arm with no finished run at all counts as missing."""
+  config = {'data': {'num_eval': 512, 'rl_pool_size': 1024, 'num_train': 2048}, 'model': {},
+            'warm_start': {'steps': 0}, 'eval': {'every_steps': 0},
+            'train': {'flops_budget': 100.0, 'rows_per_batch': 32}, 'grpo': {'group_size': 8}}
+  _fake_regime(tmp_path / 'real', {'grpo': 0.004, 'dapo': 0.005, 'dapo_g4': 0.01}, 3, config)
+  kw = dict(headline=('real', 'dapo_g4'), pair=('dapo_g4', 'dapo'))
+  auto = analysis.analyse(str(tmp_path), ['real'], ['grpo', 'dapo', 'dapo_g4', 'sgpo_bayes_g24'],
+                          [0, 1, 2], 'cmd', 100, **kw)['regimes']['real']
+  assert auto['reference'] == 'grpo' and auto['target_accuracy'] == pytest.approx(0.6)
+  assert not auto['complete'] and auto['seeds_missing'] == {'sgpo_bayes_g24': [0, 1, 2]}
+  told = analysis.analyse(str(tmp_path), ['real'], ['grpo', 'dapo', 'dapo_g4'], [0, 1, 2],
+                          'cmd', 100, reference='dapo', required=['dapo', 'dapo_g4'],
+                          **kw)['regimes']['real']
+  assert told['reference'] == 'dapo' and told['target_accuracy'] == pytest.approx(0.7)
+  assert told['complete'] and told['seeds_missing'] == {}
+  assert told['arms']['dapo_g4']['ratio_vs_dapo']['point'] == pytest.approx(2.0)
+  text = report.render({'command': 'cmd', 'regimes': {'real': told}, 'headline': 'real/dapo_g4',
+                        'flops_ratio_vs_grpo': None, 'flops_ratio_vs_dapo': None,
+                        'final_accuracy': None})
+  assert "**The target is DAPO's mean final accuracy** (GRPO ran here as a reference only" in text
+  assert 'Partial' not in text
+
+
 def test_regime_seeds_plan_seed_major_runs_and_a_partial_report(tmp_path):
   entries = arms.run_entries(['a', 'b'], {'grpo': ('grpo', {})}, [0, 1], {}, {'a': [0, 1, 2]})
   assert [(e['seed'], e['regime']) for e in entries] == [(0, 'a'), (0, 'b'), (1, 'a'),
@@ -729,7 +782,7 @@ def test_regime_seeds_plan_seed_major_runs_and_a_partial_report(tmp_path):
   assert (h2h['arm'], h2h['control']) == ('sgpo_bayes_g24', 'dapo_g4')
   assert h2h['final_accuracy_diff']['point'] == pytest.approx(0.05)
   md = (out / 'compare.md').read_text()
-  assert '**Partial:** arms with fewer than the 3 planned seeds: dapo_g4 (2)' in md
+  assert '**Partial:** required arms without all 3 planned seeds (missing): dapo_g4 (2)' in md
   assert 'Head-to-head, `sgpo_bayes_g24` vs `dapo_g4`' in md
   with pytest.raises(SystemExit):
     cli.main(['report', '--regimes', 'default', '--regime-seeds', 'nope=0-2'])

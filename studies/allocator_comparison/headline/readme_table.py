@@ -72,7 +72,8 @@ def render(results: dict[str, Any]) -> str:
     rec = (a.get(RECOMMENDED) or {}).get('at_dapo_final')
     if rec:
       ci = rec['ratio_vs_dapo']['ci95']
-      saves = ci is not None and ci[0] is not None and ci[0] > 1
+      # A None end in compare.json is +inf (undefined replicates are dropped, not None).
+      saves = ci is not None and (ci[0] is None or ci[0] > 1)
       vs_grpo = (f"at GRPO's final accuracy {_ratio(a[RECOMMENDED].get('ratio_vs_grpo'))} vs "
                  'GRPO' if learned else "no ratio at GRPO's final accuracy")
       parts.append(f"`sgpo_bayes` {'saves' if saves else 'does not save'} compute vs DAPO "
