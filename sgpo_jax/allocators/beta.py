@@ -10,7 +10,7 @@ the posterior, is
 
 `pooled_prior` is the empirical-Bayes prior a prompt nobody has rolled out starts from, per
 stratum (`stratum_ids`: the pool, or its difficulty levels).
-Pure numpy functions, pinned by hand-computed tests (tests/allocators/test_beta.py).
+Pure numpy functions, pinned by hand-computed tests (tests/allocators/test_bayes.py).
 """
 
 from __future__ import annotations
@@ -49,8 +49,23 @@ def informative_probability(a, b, group_size: int) -> np.ndarray:
   return 1.0 - expected_power(a, b, group_size) - expected_power(b, a, group_size)
 
 
+def noise_factor(weight_Q, weight_sq_Q) -> np.ndarray:
+  """float64 [Q] sum(w^2) / sum(w) of each prompt's sample weights: how much binomial noise its
+  weighted rate carries per unit of evidence (1 when every sample counts fully; c when every
+  weight was scaled by c; 1 for a prompt with no evidence)."""
+  w_Q, w2_Q = _as_float(weight_Q), _as_float(weight_sq_Q)
+  seen_Q = w_Q > 1e-12
+  return np.where(seen_Q, w2_Q / np.where(seen_Q, w_Q, 1.0), 1.0)
+
+
+def decay_sq(weight_sq_Q, decay: float) -> np.ndarray:
+  """sum(w^2) after every weight is scaled by `decay` (the evidence's own sum scales by it)."""
+  return _as_float(weight_sq_Q) * float(decay) ** 2
+
+
 def pooled_prior(succ_Q, fail_Q, stratum_Q, prior_alpha: float, prior_beta: float,
-                 strength: float, max_concentration: float) -> tuple[np.ndarray, np.ndarray]:
+                 strength: float, max_concentration: float,
+                 noise_Q=None) -> tuple[np.ndarray, np.ndarray]:
   """Empirical-Bayes Beta prior per stratum (prompts sharing a feature, e.g. a difficulty
   level) from the evidence of its prompts: float64 [S] (a, b), S = stratum_Q.max() + 1.
 
@@ -58,9 +73,13 @@ def pooled_prior(succ_Q, fail_Q, stratum_Q, prior_alpha: float, prior_beta: floa
   Beta(prior_alpha, prior_beta); prompts with none are unseen and do not count. Per stratum,
   over its k seen prompts (n_i = s_i + f_i samples, rate x_i = s_i / n_i):
   - mean mu = (sum s + prior_alpha) / (sum n + prior_alpha + prior_beta), the pooled rate;
-  - between-prompt variance tau2 = (sum n_i (x_i - mu)^2 - k mu (1 - mu)) / sum n, the
+  - between-prompt variance tau2 = (sum n_i (x_i - mu)^2 - mu (1 - mu) sum c_i) / sum n, the
     spread of the rates minus their binomial noise, kept within the concentrations
-    [0.5, max_concentration] (kappa = mu (1 - mu) / tau2 - 1);
+    [0.5, max_concentration] (kappa = mu (1 - mu) / tau2 - 1). c_i = `noise_Q` (default 1:
+    undecayed counts) is the prompt's `noise_factor`: decayed evidence is a weighted rate
+    whose noise does not shrink with its decayed count (n_i (x_i - p_i)^2 has mean
+    p_i (1 - p_i) sum w^2 / sum w), so subtracting k mu (1 - mu) from a spread whose decayed
+    counts shrank would clip tau2 to its floor and make the prior as concentrated as allowed;
   - that Beta(kappa mu, kappa (1 - mu)) is mixed with `strength` pseudo-prompts of the base
     prior (weights k : strength, first and second moments) and the mixture moment-matched
     back to a Beta. A stratum with no seen prompt gets the base prior exactly.
@@ -81,6 +100,10 @@ def pooled_prior(succ_Q, fail_Q, stratum_Q, prior_alpha: float, prior_beta: floa
   n_Q = s_Q + f_Q
   seen_Q = n_Q > 1e-12
   k_S = np.bincount(strat_Q, weights=seen_Q.astype(np.float64), minlength=num_s)
+  c_Q = np.ones_like(n_Q) if noise_Q is None else _as_float(noise_Q).reshape(-1)
+  if c_Q.shape != n_Q.shape:
+    raise ValueError(f'noise {c_Q.shape} must have one entry per prompt, as succ {n_Q.shape}')
+  noise_S = np.bincount(strat_Q, weights=np.where(seen_Q, c_Q, 0.0), minlength=num_s)
   sum_s_S = np.bincount(strat_Q, weights=np.where(seen_Q, s_Q, 0.0), minlength=num_s)
   sum_n_S = np.bincount(strat_Q, weights=np.where(seen_Q, n_Q, 0.0), minlength=num_s)
   mu_S = (sum_s_S + prior_alpha) / (sum_n_S + prior_alpha + prior_beta)
@@ -88,7 +111,7 @@ def pooled_prior(succ_Q, fail_Q, stratum_Q, prior_alpha: float, prior_beta: floa
   spread_S = np.bincount(strat_Q, weights=np.where(seen_Q, n_Q * (x_Q - mu_S[strat_Q]) ** 2, 0.0),
                          minlength=num_s)
   var_p_S = mu_S * (1.0 - mu_S)
-  tau2_S = (spread_S - k_S * var_p_S) / np.maximum(sum_n_S, 1e-12)
+  tau2_S = (spread_S - noise_S * var_p_S) / np.maximum(sum_n_S, 1e-12)
   tau2_S = np.clip(tau2_S, var_p_S / (max_concentration + 1.0), var_p_S / 1.5)
   kappa_S = var_p_S / tau2_S - 1.0
   # Mix with the base prior (moments), then back to a Beta.

@@ -36,7 +36,8 @@ class DAPOSettings(AllocatorSettings):
   max_rounds: int = 4  # generation rounds per batch before padding the rest
 
   def check(self) -> None:
-    require(self.group_size >= 1, f'dapo.group_size={self.group_size} must be >= 1.')
+    require(self.group_size >= 2, f'dapo.group_size={self.group_size} must be >= 2 (a group of 1 '
+            'is always all-equal: every round would be dropped).')
     require(self.max_rounds >= 1, f'dapo.max_rounds={self.max_rounds} must be >= 1.')
 
 

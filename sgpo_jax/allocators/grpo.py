@@ -20,7 +20,8 @@ class GRPOSettings(AllocatorSettings):
   group_size: int = 8
 
   def check(self) -> None:
-    require(self.group_size >= 1, f'grpo.group_size={self.group_size} must be >= 1.')
+    require(self.group_size >= 2, f'grpo.group_size={self.group_size} must be >= 2 (a group of 1 '
+            'never has both a success and a failure, so it never trains).')
 
 
 @dataclasses.dataclass

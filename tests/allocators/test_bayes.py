@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from sgpo_jax.allocators import beta as beta_lib
 from sgpo_jax.allocators.sgpo_bayes import posterior as posterior_lib
 
 
@@ -171,3 +172,31 @@ def test_pooled_prior_rejects_bad_input():
     posterior_lib.pooled_prior([1], [0], [0], 0.5, 0.5, 1.0, 0.1)
   with pytest.raises(ValueError, match='stratum ids'):
     posterior_lib.pooled_prior([1], [0], [-1], 0.5, 0.5, 1.0, 8.0)
+
+
+def test_noise_factor_is_the_weighted_rate_noise_per_unit_of_evidence():
+  # Weights (1, 1, 1, 1) -> 4/4; all scaled by 0.5 -> (4 * 0.25) / 2 = 0.5; unseen -> 1.
+  w = np.array([4.0, 2.0, 0.0])
+  w2 = np.array([4.0, beta_lib.decay_sq(4.0, 0.5), 0.0])
+  np.testing.assert_allclose(beta_lib.noise_factor(w, w2), [1.0, 0.5, 1.0])
+
+
+def test_pooled_prior_does_not_drift_as_uniformly_decayed_evidence_shrinks():
+  """A level of 40 prompts seen 4 times each, half always solved, half never: its prompts are
+  never informative, and the prior for an unseen one stays U-shaped (P_inf(G=4) 0.31) however
+  far the evidence has decayed. Subtracting undecayed noise from the decayed spread instead
+  drove it to Beta(27.6, 27.6) after 15 steps at 0.9 (P_inf 0.86: the most promising level)."""
+  succ = np.r_[np.full(20, 4.0), np.zeros(20)]
+  fail, strata = 4.0 - succ, np.zeros(40, int)
+  p_inf = {}
+  for steps in (0, 15):
+    c = 0.9 ** steps
+    noise = beta_lib.noise_factor(4.0 * c * np.ones(40),
+                                       beta_lib.decay_sq(np.full(40, 4.0), c))
+    a, b = posterior_lib.pooled_prior(succ * c, fail * c, strata, 1.0, 1.0, 1.0, 100.0, noise)
+    p_inf[steps] = float(posterior_lib.informative_probability(a, b, 4)[0])
+  assert p_inf[0] == pytest.approx(0.311, abs=1e-3)
+  assert p_inf[15] == pytest.approx(p_inf[0], abs=1e-9)
+  a, b = posterior_lib.pooled_prior(succ * 0.9 ** 15, fail * 0.9 ** 15, strata, 1.0, 1.0, 1.0,
+                                    100.0)  # the counts read as undecayed samples
+  assert float(posterior_lib.informative_probability(a, b, 4)[0]) > 0.8

@@ -105,7 +105,8 @@ def test_trained_prompt_that_turns_trivial_is_deprioritised_and_revisited_later(
   # revisit probability 1: every deprioritised prompt is probed in the next epoch.
   assert st.revisits >= 1 and st.probe_samples >= 1
   summary = alloc.summary()
-  assert 0.0 <= summary['informative_group_share'] <= 1.0
+  assert summary['informative_group_share'] == st.informative_groups / max(st.train_groups, 1)
+  assert 0 < st.informative_groups < st.train_groups  # coins first, then all-solved groups
   assert summary['revisits'] == st.revisits
 
 
@@ -611,3 +612,19 @@ def test_epoch_cut_is_range_checked_and_needs_prioritise():
     Settings48(prioritise=True, epoch_cut=0.5)
   with pytest.raises(ValueError, match='epoch_cut=0.3 needs sgpo_bayes.prioritise=True'):
     Settings48(epoch_cut=0.3)
+
+
+def test_every_posterior_update_tracks_the_noise_of_decayed_evidence():
+  alloc = make(evidence_decay=0.5)
+  q = np.array([0])
+  alloc._update(q, 2.0, 1.0, 0.5)  # 3 samples at weight 1
+  alloc._update(q, 1.0, 0.0, 0.5)  # they decay to 0.5 (squares 0.25), 1 new sample
+  assert alloc.state.weight_sq[0] == pytest.approx(0.25 * 3 + 1)
+  n = alloc.state.alpha[0] + alloc.state.beta[0] - 2 * alloc.settings.prior_alpha
+  assert n == pytest.approx(0.5 * 3 + 1)
+  # A checkpoint written before weight_sq was kept resumes with undecayed noise (factor 1).
+  saved = json.loads(json.dumps(alloc.state_dict()))
+  del saved['weight_sq']
+  back = make(evidence_decay=0.5)
+  back.load_state_dict(saved)
+  assert back.state.weight_sq[0] == pytest.approx(n)

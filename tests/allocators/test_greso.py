@@ -74,9 +74,10 @@ def test_settings_defaults_are_the_papers_and_bad_values_are_named():
   with pytest.raises(ValueError, match=r"unknown greso settings \['p_eassy_init'\]"):
     rule_lib.GRESOSettings.from_config({'p_eassy_init': 0.5})
   c = default_config.get_config('method=greso')
-  c.greso.p_floor = 1.0
-  with pytest.raises(ValueError, match=r'greso.p_floor=1.0 must be in \[0, 1\)'):
-    config_check.check_config(c)
+  for floor in (1.0, 0.0):  # 0: a pool of long-streak prompts would be skipped forever
+    c.greso.p_floor = floor
+    with pytest.raises(ValueError, match=rf'greso.p_floor={floor} must be in \(0, 1\)'):
+      config_check.check_config(c)
 
 
 def _feed(alloc, plan, rewards_by_query, rows=16):

@@ -67,8 +67,9 @@ class GRESOSettings(AllocatorSettings):
                        '[0, 1]')
     if not 0.0 <= self.delta <= 1.0:
       raise ValueError(f'greso.delta={self.delta} must be in [0, 1]')
-    if not 0.0 <= self.p_floor < 1.0:
-      raise ValueError(f'greso.p_floor={self.p_floor} must be in [0, 1)')
+    if not 0.0 < self.p_floor < 1.0:  # 0 lets a long streak skip every prompt forever
+      raise ValueError(f'greso.p_floor={self.p_floor} must be in (0, 1): a prompt with a long '
+                       'streak must keep some chance of a rollout, or a pool of them hangs')
 
   @property
   def target_easy(self) -> float:

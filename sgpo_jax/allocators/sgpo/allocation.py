@@ -285,7 +285,8 @@ class SGPOSettings(AllocatorSettings):
             f'sgpo.trivial_threshold={self.trivial_threshold} must be in [0, 1].')
     require(0.0 <= self.unsolved_keep_fraction <= 1.0,
             f'sgpo.unsolved_keep_fraction={self.unsolved_keep_fraction} must be in [0, 1].')
-    object.__setattr__(self, 'group_sizes', check_group_sizes(self.group_sizes, 'sgpo.group_sizes'))
+    object.__setattr__(self, 'group_sizes', check_group_sizes(self.group_sizes, 'sgpo.group_sizes',
+                                                              minimum=2))
     require(self.rounding in ROUNDINGS,
             f'sgpo.rounding={self.rounding!r} is not one of {ROUNDINGS}.')
     require(self.phase_epochs > 0, f'sgpo.phase_epochs={self.phase_epochs} must be > 0.')

@@ -193,6 +193,9 @@ class BayesState:
   """Everything that changes while running (JSON round-trip in state_dict)."""
   alpha: np.ndarray  # [Q] float64 posterior
   beta: np.ndarray  # [Q]
+  # [Q] float64 sum of squared sample weights behind alpha/beta's evidence (a sample enters at
+  # 1 and decays with it): the noise of the decayed rate, for the pooled prior.
+  weight_sq: np.ndarray
   status: np.ndarray  # [Q] int8 UNPROFILED | SAMPLING | CANDIDATE | DEPRIORITISED
   skips: np.ndarray  # [Q] int32 consecutive all-equal observations
   probe_n: np.ndarray  # [Q] int32 samples of the current profile / revisit probe
@@ -246,6 +249,7 @@ class BayesAllocator(Allocator):
     q = self.num_queries
     self.state = BayesState(
         alpha=np.full(q, settings.prior_alpha), beta=np.full(q, settings.prior_beta),
+        weight_sq=np.zeros(q),
         status=np.zeros(q, np.int8), skips=np.zeros(q, np.int32),
         probe_n=np.zeros(q, np.int32), probe_c=np.zeros(q, np.int32),
         served=np.zeros(q, bool), revisiting=np.zeros(q, bool),
@@ -273,8 +277,18 @@ class BayesAllocator(Allocator):
     succ_Q, fail_Q = st.alpha - cfg.prior_alpha, st.beta - cfg.prior_beta
     a_S, b_S = posterior_lib.pooled_prior(succ_Q, fail_Q, self.stratum_Q, cfg.prior_alpha,
                                   cfg.prior_beta, cfg.pooled_prior_strength,
-                                  cfg.pooled_max_concentration)
+                                  cfg.pooled_max_concentration,
+                                  beta_lib.noise_factor(succ_Q + fail_Q, st.weight_sq))
     return a_S[self.stratum_Q] + succ_Q, b_S[self.stratum_Q] + fail_Q
+
+  def load_state_dict(self, state: dict) -> None:
+    # A checkpoint from before weight_sq was kept: every sample counted as undecayed, the
+    # estimate that version's pooled prior used (it continues as it was).
+    if 'weight_sq' not in state and 'alpha' in state:
+      cfg = self.settings
+      state = {**state, 'weight_sq': list(np.subtract(state['alpha'], cfg.prior_alpha)
+                                          + np.subtract(state['beta'], cfg.prior_beta))}
+    super().load_state_dict(state)
 
   def informative(self, query_index: np.ndarray | None = None,
                   group_size: int | None = None) -> np.ndarray:
@@ -299,13 +313,19 @@ class BayesAllocator(Allocator):
   def _observe_samples(self, query_R: np.ndarray, success_R: np.ndarray,
                        decay: float) -> None:
     """Posterior update from a set of samples: per prompt, decay once, add its counts."""
-    st, cfg = self.state, self.settings
     queries, inverse = np.unique(query_R, return_inverse=True)
     succ = np.bincount(inverse, weights=success_R, minlength=queries.size)
     fail = np.bincount(inverse, weights=1.0 - success_R, minlength=queries.size)
+    self._update(queries, succ, fail, decay)
+
+  def _update(self, queries: np.ndarray, succ, fail, decay: float) -> None:
+    """Decays `queries`' evidence by `decay`, then adds succ / fail (per query or scalars)."""
+    st, cfg = self.state, self.settings
     st.alpha[queries], st.beta[queries] = posterior_lib.update_posterior(
         st.alpha[queries], st.beta[queries], succ, fail, cfg.prior_alpha, cfg.prior_beta,
         decay)
+    st.weight_sq[queries] = (beta_lib.decay_sq(st.weight_sq[queries], decay)
+                             + np.asarray(succ, np.float64) + np.asarray(fail, np.float64))
 
   # -- profiling and revisit probes ------------------------------------------------------
 
@@ -424,8 +444,7 @@ class BayesAllocator(Allocator):
         # decay_by_passes: by as much as training moved since the last draw (evidence_decay
         # per pool pass), so short epochs (few learnable prompts) do not wash it out.
         decay = cfg.evidence_decay ** passes if cfg.decay_by_passes else cfg.evidence_decay
-        st.alpha[drawn], st.beta[drawn] = posterior_lib.update_posterior(
-            st.alpha[drawn], st.beta[drawn], 0.0, 0.0, cfg.prior_alpha, cfg.prior_beta, decay)
+        self._update(drawn, 0.0, 0.0, decay)
       for q in sorted(drawn.tolist(), key=order.__getitem__):
         if cfg.profile:
           st.status[q] = SAMPLING
@@ -498,9 +517,7 @@ class BayesAllocator(Allocator):
     if float(posterior_lib.informative_probability(a_Q[cand], b_Q[cand], self.min_g).max()) \
         >= cfg.epoch_cut:
       return False
-    st.alpha[cand], st.beta[cand] = posterior_lib.update_posterior(
-        st.alpha[cand], st.beta[cand], 0.0, 0.0, cfg.prior_alpha, cfg.prior_beta,
-        cfg.evidence_decay)
+    self._update(cand, 0.0, 0.0, cfg.evidence_decay)
     st.epoch_cuts += 1
     st.cut_unserved += int(cand.size)
     return True

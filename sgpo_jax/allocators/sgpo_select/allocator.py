@@ -39,7 +39,8 @@ whole pool (math in `selection.py`, the Beta posterior in `allocators/beta.py`):
    mostly the few at the frontier, and the rule's extra rows were repeats of them (the
    trainer's per-prompt counts); on the development seeds resting them spread the training
    over more prompts and narrowed small_pool's gap, but the wasted share rose back to DAPO at
-   G=4's and nothing was saved against it. Off by default.
+   G=4's and nothing was saved against it. Off by default. A step where the cooldown would
+   rest every prompt (a pool smaller than k steps' trained prompts) lifts it for that step.
    Every rollout updates its prompt's evidence; every round is charged
    as 'rollout', dropped rows included.
 Each batch logs `filled_share` (trained rows / R); summary.json's allocator block has the
@@ -147,6 +148,9 @@ class SelectState:
   """Everything that changes while running (JSON round-trip in state_dict)."""
   succ: np.ndarray  # [Q] float64 decayed successes
   fail: np.ndarray  # [Q] float64 decayed failures
+  # [Q] float64 sum of squared sample weights (each sample enters at 1 and decays with the
+  # counts): the binomial noise of the decayed rate, for the pooled prior (beta.noise_factor).
+  weight_sq: np.ndarray
   last_step: np.ndarray  # [Q] int32 last step the prompt was rolled out (-1 = never)
   times_sampled: np.ndarray  # [Q] int32 groups rolled out
   last_trained: np.ndarray  # [Q] int32 last step a group of it was trained on (-1 = never)
@@ -185,7 +189,7 @@ class SelectAllocator(Allocator):
     self.explore_rank_Q = np.argsort(stream_rng(self.seed, _EXPLORE_ORDER_STREAM)
                                      .permutation(self.num_queries))
     q = self.num_queries
-    self.state = SelectState(succ=np.zeros(q), fail=np.zeros(q),
+    self.state = SelectState(succ=np.zeros(q), fail=np.zeros(q), weight_sq=np.zeros(q),
                              last_step=np.full(q, -1, np.int32),
                              times_sampled=np.zeros(q, np.int32),
                              last_trained=np.full(q, -1, np.int32))
@@ -206,8 +210,16 @@ class SelectAllocator(Allocator):
       return cfg.prior_alpha + st.succ, cfg.prior_beta + st.fail
     a_S, b_S = beta_lib.pooled_prior(st.succ, st.fail, self.stratum_Q, cfg.prior_alpha,
                                      cfg.prior_beta, cfg.pooled_prior_strength,
-                                     cfg.pooled_max_concentration)
+                                     cfg.pooled_max_concentration,
+                                     beta_lib.noise_factor(st.succ + st.fail, st.weight_sq))
     return a_S[self.stratum_Q] + st.succ, b_S[self.stratum_Q] + st.fail
+
+  def load_state_dict(self, state: dict) -> None:
+    # A checkpoint from before weight_sq was kept: every sample counted as undecayed, the
+    # estimate that version used (its pooled prior continues as it was).
+    if 'weight_sq' not in state and 'succ' in state:
+      state = {**state, 'weight_sq': list(np.add(state['succ'], state['fail']))}
+    super().load_state_dict(state)
 
   # -- one round -------------------------------------------------------------------------
 
@@ -258,6 +270,7 @@ class SelectAllocator(Allocator):
     success_R = np.clip(raw_R[valid], 0.0, 1.0)
     np.add.at(st.succ, q_R, success_R)
     np.add.at(st.fail, q_R, 1.0 - success_R)
+    np.add.at(st.weight_sq, q_R, 1.0)
     informative_P = np.zeros(plan.num_prompts, bool)
     for p in range(plan.num_prompts):
       r = raw_R[layout.group_id_R == p]
@@ -275,10 +288,13 @@ class SelectAllocator(Allocator):
     st, cfg = self.state, self.settings
     if st.steps > 0:  # the policy moved by one step since the last batch
       st.succ, st.fail = selection.forget(st.succ, st.fail, cfg.forget)
+      st.weight_sq = beta_lib.decay_sq(st.weight_sq, cfg.forget)
     builder = dynamic_sampling.RoundBatchBuilder(self.rows_per_batch, cfg.max_rounds)
     eligible_Q = np.ones(self.num_queries, bool)  # one group per prompt per step
     if cfg.train_cooldown:
-      eligible_Q &= (st.last_trained < 0) | (st.steps - st.last_trained > cfg.train_cooldown)
+      rested_Q = (st.last_trained < 0) | (st.steps - st.last_trained > cfg.train_cooldown)
+      if rested_Q.any():  # else every prompt trained within k steps: no cooldown this step
+        eligible_Q &= rested_Q
     rounds: list[Rollout] = []
     explored = 0
     min_g = cfg.group_sizes[0]
