@@ -180,7 +180,14 @@ def forward_logprobs(model: model_lib.Transformer, params, tokens_BxL, positions
   hidden, _ = model.apply({'params': params}, tokens_BxL[:, :-1], positions_BxL1, attend_BxL1,
                           **kwargs)
   head_DxV = model_lib.lm_head_DxV(params, cfg).astype(jnp.dtype(cfg.dtype))
-  return losses_lib.token_logprobs(hidden / temperature, head_DxV, tokens_BxL[:, 1:], chunk)
+
+  def scaled_logits(hidden_BxCxD, head):
+    # The float32 logits divided by T, as the sampler scales them: dividing the hidden state
+    # in a bf16 compute dtype would round it first and shift every log-prob a little.
+    return jnp.einsum('bcd,dv->bcv', hidden_BxCxD, head,
+                      preferred_element_type=jnp.float32) / temperature
+  return losses_lib.token_logprobs(hidden, head_DxV, tokens_BxL[:, 1:], chunk,
+                                   logits_fn=scaled_logits)
 
 
 def sequence_logprobs(model: model_lib.Transformer, params, tokens_RxT, mask_RxT,

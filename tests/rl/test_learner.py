@@ -18,7 +18,7 @@ from sgpo_jax.config import defaults as default_config
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.parallel import sharding as sharding_lib
 from sgpo_jax.rl import learner as learner_lib
-from tests.conftest import mesh_config, tiny_config
+from tests.conftest import BOS, EOS, PAD, mesh_config, tiny_config
 
 R, P, N = 16, 6, 5  # rows, max prompt len, new tokens
 
@@ -56,6 +56,30 @@ def make_learner(config, mesh=None):
   params, shardings = model_lib.init_sharded_params(cfg, mesh, jax.random.key(0))
   learner = learner_lib.Learner(cfg, mesh, shardings, config, num_steps=10)
   return learner, learner.init_state(params)
+
+
+@pytest.mark.parametrize('temperature', [1.0, 0.7])
+def test_learner_recomputes_the_samplers_logprobs(cfg, params, mesh1, param_shardings1,
+                                                  temperature):
+  """The behaviour policy the loss's ratio divides by is the sampler's (temperature-scaled,
+  untruncated) log-prob: the learner's recomputation must equal it token for token."""
+  from sgpo_jax.generate import sampler as sampling
+  from sgpo_jax.model import lora as lora_lib
+  sampler = sampling.Sampler(cfg, mesh1, param_shardings1, rows=4, max_prompt_len=8,
+                             max_new_tokens=6, stop_ids=[EOS], pad_id=PAD, bos_id=BOS,
+                             min_prompt_bucket=8)
+  prompts = [[BOS, 3, 4, 5], [BOS, 7], [BOS, 9, 9, 9, 9, 9], [BOS, 4, 4]]
+  out = sampler.sample(params, prompts, [0, 1, 2, 3], jax.random.key(0),
+                       temperature=temperature)
+  prompt_RxP, prompt_mask_RxP = sampler.pad_prompts(prompts)
+  tokens_RxT = np.concatenate([prompt_RxP, out.tokens_RxN], 1)
+  mask_RxT = np.concatenate([prompt_mask_RxP, out.mask_RxN], 1)
+  logp_RxT1, _ = learner_lib.sequence_logprobs(lora_lib.make_model(cfg), params, tokens_RxT,
+                                               mask_RxT, temperature, 0)
+  completion_RxN = np.asarray(logp_RxT1)[:, prompt_RxP.shape[1] - 1:]  # t predicts t + 1
+  real_RxN = out.mask_RxN > 0
+  assert real_RxN.sum() >= 8
+  np.testing.assert_allclose(completion_RxN[real_RxN], out.logprobs_RxN[real_RxN], atol=1e-5)
 
 
 def test_layout_batch_places_prompt_left_and_completion_targets():

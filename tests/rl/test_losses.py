@@ -356,6 +356,11 @@ def test_clip_edges_zero_gradient():
   np.testing.assert_allclose(_one_token_grad(np.log(1.1), 2.0), -2.2, rtol=1e-6)
   # Beyond the log-ratio clamp the token gets no gradient, and the ratio stays finite.
   assert _one_token_grad(200.0, -1.0, logratio_clamp=2.0) == 0.0
+  # Between the two bounds (eps_low 0.2, eps_high 0.28): 1.25 with A > 0 is inside the high
+  # bound 1.28, so it still learns (a symmetric 0.2 would clip it); 0.75 with A < 0 is below
+  # the low bound 0.8, clipped. Swapping the bounds fails both.
+  np.testing.assert_allclose(_one_token_grad(np.log(1.25), 1.0), -1.25, rtol=1e-6)
+  assert _one_token_grad(np.log(0.75), -1.0) == 0.0
 
 
 def test_clip_fractions():
