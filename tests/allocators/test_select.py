@@ -184,9 +184,10 @@ def test_auto_prior_is_per_difficulty_level_when_the_queries_have_one():
 
 
 def test_forgetting_between_steps():
-  kinds = pool()
+  kinds = [COIN] * 64  # step 1 trains (coin groups come back mixed), so the policy moves
   alloc = make(forget=0.5)
   _, calls1 = run(alloc, kinds, 1)
+  assert alloc.state.last_batch_trained
   total1 = alloc.state.succ.sum() + alloc.state.fail.sum()
   assert total1 == sum(n for _, n in calls1)  # one unit of evidence per rolled-out row
   _, calls2 = run(alloc, kinds, 1)
@@ -195,10 +196,24 @@ def test_forgetting_between_steps():
   assert total2 == pytest.approx(total1 / 2 + sum(n for _, n in calls2))
 
 
+def test_a_batch_that_trains_nothing_forgets_nothing():
+  """All-trivial pool: every group is all-equal, no batch trains, the policy never moves,
+  so the evidence only grows (with forget 0.5 it would halve before each step)."""
+  kinds = [TRIVIAL] * 16
+  alloc = make(num_queries=16, forget=0.5, explore_rows=0)
+  _, calls1 = run(alloc, kinds, 1)
+  assert not alloc.state.last_batch_trained
+  total1 = alloc.state.succ.sum() + alloc.state.fail.sum()
+  _, calls2 = run(alloc, kinds, 1)
+  assert alloc.state.succ.sum() + alloc.state.fail.sum() == pytest.approx(
+      total1 + sum(n for _, n in calls2))
+
+
 def test_decayed_evidence_keeps_its_noise_for_the_pooled_prior():
-  kinds = pool()
+  kinds = [COIN] * 64
   alloc = make(forget=0.5)
   _, calls1 = run(alloc, kinds, 1)
+  assert alloc.state.last_batch_trained
   n1 = sum(n for _, n in calls1)
   assert alloc.state.weight_sq.sum() == n1  # one unit per rolled-out row, as the counts
   _, calls2 = run(alloc, kinds, 1)

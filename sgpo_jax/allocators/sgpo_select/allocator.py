@@ -13,7 +13,7 @@ whole pool (math in `selection.py`, the Beta posterior in `allocators/beta.py`):
    prior. The level carries most of what can be known before sampling: a prompt's own
    history goes stale fast, since a group that trained on it moves its p. The evidence
    decays by `forget` per training step: the policy moves, and a prompt unsolved 30 steps
-   ago may not be now.
+   ago may not be now (a batch with no trained row takes no step: nothing decays).
 2. Value of a group of G rollouts of prompt q: 1 - p^G - (1-p)^G (the chance it is not
    all-equal) at a Thompson draw p ~ Beta(a_q, b_q), times G**signal_exponent (1: expected
    informative rows, the unit a batch is filled in; 0: informative groups). A round's R
@@ -155,6 +155,9 @@ class SelectState:
   times_sampled: np.ndarray  # [Q] int32 groups rolled out
   last_trained: np.ndarray  # [Q] int32 last step a group of it was trained on (-1 = never)
   steps: int = 0
+  # Whether the last batch held a trained row: a batch without one takes no optimizer step
+  # (the trainer skips it), so the policy did not move and the evidence is not forgotten.
+  last_batch_trained: bool = True
   # Diagnostics (summary.json 'allocator' block).
   train_groups: int = 0  # groups rolled out
   informative_groups: int = 0
@@ -219,6 +222,7 @@ class SelectAllocator(Allocator):
     # estimate that version used (its pooled prior continues as it was).
     if 'weight_sq' not in state and 'succ' in state:
       state = {**state, 'weight_sq': list(np.add(state['succ'], state['fail']))}
+    state = {'last_batch_trained': True, **state}  # older: forgot after every step
     super().load_state_dict(state)
 
   # -- one round -------------------------------------------------------------------------
@@ -286,7 +290,7 @@ class SelectAllocator(Allocator):
   def fill_batch(self, rollout_fn: RolloutFn) -> FilledBatch:
     """Rounds planned from the whole pool until the batch is filled or max_rounds ran."""
     st, cfg = self.state, self.settings
-    if st.steps > 0:  # the policy moved by one step since the last batch
+    if st.steps > 0 and st.last_batch_trained:  # the policy moved by one step since then
       st.succ, st.fail = selection.forget(st.succ, st.fail, cfg.forget)
       st.weight_sq = beta_lib.decay_sq(st.weight_sq, cfg.forget)
     builder = dynamic_sampling.RoundBatchBuilder(self.rows_per_batch, cfg.max_rounds)
@@ -325,6 +329,7 @@ class SelectAllocator(Allocator):
     st.dropped_groups += batch.dropped_groups
     st.overflow_groups += batch.overflow_groups
     st.filled_rows += batch.layout.num_valid_rows
+    st.last_batch_trained = batch.layout.num_valid_rows > 0
     st.steps += 1
     info = dynamic_sampling.round_info(batch)
     info.update(train_rounds=batch.rounds, explore_groups=explored,
