@@ -387,6 +387,13 @@ def start_loop(su: Setup, rs: RunState) -> None:
     rs.writer.write({'step': 0, 'flops_total': su.ledger.total, **rs.meta['eval_initial']})
   rs.last_eval = dict(rs.meta.get('last_eval', rs.meta['eval_initial']))
   rs.stop_reason = rs.meta.get('stop_reason')
+  budget = su.config.train.flops_budget
+  if (rs.stop_reason or '').startswith('flops budget') and not 0 < budget <= su.ledger.total:
+    # A resume may raise the budget (config/resume.py accepts it): the run goes on from where
+    # the old budget stopped it, instead of rewriting the same summary.
+    logging.info('train.flops_budget is now %.3g, above the %.3g FLOPs spent: the run goes on '
+                 'past its budget stop', budget, su.ledger.total)
+    rs.stop_reason = None
   if su.config.train.early_stop.enabled:
     es = su.config.train.early_stop
     rs.stopper = early_stop_lib.make_stopper(
@@ -502,10 +509,12 @@ def eval_due(step: int, every_steps: int, budget_fractions, budget: float,
              flops_before: float, flops_after: float) -> bool:
   """Whether the step that took the ledger from flops_before to flops_after is evaluated
   by the schedule: every `every_steps` steps, and at the first step whose cumulative FLOPs
-  reach each fraction of `budget` (several fractions crossed in one step: one eval)."""
+  reach each fraction of `budget` (several fractions crossed in one step: one eval). Step 1
+  also takes the fractions that profiling (counted before it) had already passed."""
   if step % every_steps == 0:
     return True
-  return budget > 0 and any(flops_before < f * budget <= flops_after for f in budget_fractions)
+  low = -1.0 if step == 1 else flops_before
+  return budget > 0 and any(low < f * budget <= flops_after for f in budget_fractions)
 
 
 def eval_and_stop(su: Setup, rs: RunState, row: dict) -> None:

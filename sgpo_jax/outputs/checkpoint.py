@@ -195,10 +195,16 @@ class Checkpointer:
             state=ocp.args.StandardRestore(old), meta=ocp.args.JsonRestore()))
       except (ValueError, KeyError):
         raise error from None
+      # Its checksum names the per-layer paths: check it here, in the layout it was saved
+      # in; the stacked state handed back carries no checksum to check again (restore_latest
+      # would otherwise call an intact checkpoint corrupt and move it aside).
+      meta = dict(restored['meta'])
+      self.verify(restored['state'], meta)
+      meta.pop(CHECKSUM_KEY, None)
       stacked = model_lib.stack_layers(jax.device_get(restored['state']))
       state = jax.tree.map(lambda x, t: jax.make_array_from_callback(
           t.shape, t.sharding, lambda idx, x=x: np.asarray(x)[idx]), stacked, target)
-      return state, dict(restored['meta'])
+      return state, meta
     return restored['state'], dict(restored['meta'])
 
   def verify(self, state: Any, meta: dict) -> None:

@@ -88,6 +88,9 @@ def test_eval_due_at_every_steps_and_at_each_budget_fraction_crossed():
   assert not due(6, 26.0, 99.0)
   assert due(7, 99.0, 100.5)
   assert not train.eval_due(3, 5, (0.5,), 0.0, 0.0, 1e9)  # no budget: no fractions
+  # Profiling (counted before step 1) already passed 10%: step 1 takes that eval; a later
+  # step never looks back.
+  assert due(1, 12.0, 15.0) and not due(2, 12.0, 15.0)
 
 
 @pytest.mark.slow

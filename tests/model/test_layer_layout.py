@@ -58,3 +58,29 @@ def test_a_train_state_checkpoint_of_the_per_layer_layout_restores_stacked(tmp_p
   mu = restored['opt_state'][0].mu['layers']['attn']['q']['kernel']
   assert mu.shape[0] == 3 and float(jnp.abs(mu[2]).max()) > 0
   ckpt.close()
+
+
+@pytest.mark.slow
+def test_restore_latest_keeps_an_intact_per_layer_checkpoint(tmp_path, monkeypatch):
+  """Its checksum names per-layer paths: checked in that layout, it passes (it used to be
+  compared with the stacked paths, fail, and be moved aside as corrupt); a flipped value in
+  it still fails."""
+  params = params_for(tiny_config(n_layers=2))
+  state = {'params': params}
+  ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'ckpt'))
+  ckpt.save(3, _per_layer(state), {'step': 3})
+  ckpt.wait()
+  step, restored, meta = ckpt.restore_latest(state)
+  assert step == 3 and checkpoint_lib.CHECKSUM_KEY not in meta
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
+               restored, state)
+  good = checkpoint_lib.state_checksum(_per_layer(state))
+  bad = _per_layer(state)
+  bad['params']['layers_1'] = jax.tree.map(lambda x: x + 1.0, bad['params']['layers_1'])
+  monkeypatch.setattr(checkpoint_lib, 'state_checksum', lambda s: good)  # values drifted
+  ckpt.save(4, bad, {'step': 4})
+  ckpt.wait()
+  monkeypatch.undo()
+  with pytest.raises(ValueError, match='checksum mismatch'):
+    ckpt.restore(4, state)
+  ckpt.close()
