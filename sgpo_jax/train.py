@@ -158,8 +158,9 @@ def setup(config, workdir: str, show_progress: bool = True,
       config.data, split, seed=config.data.seed, tokenizer=tokenizer,
       max_prompt_len=s.max_prompt_len)
   with errors.config_errors():  # a missing or malformed data file: one line
-    train_queries = load(config.data.split)
-    eval_queries = load(config.data.eval_split)
+    # Roles, not dataset split names: data.split / data.eval_split name the file splits.
+    train_queries = load('train')
+    eval_queries = load('eval')
     inputs_lib.check_token_cap(train_queries + eval_queries, tokenizer, s.max_new_tokens)
   reward_fn = tasks.get_reward_fn(config.data)
   try:  # a user reward's contract, on a probe batch, before anything is written or computed

@@ -144,6 +144,10 @@ def _location(data_config: Any, role: str) -> tuple[str, str]:
   if role == 'eval' and not data_config.eval_path and input_path(path).is_file():
     raise ValueError(f'data.path={path!r} is a single file, so eval needs its own file: set '
                      'data.eval_path, or point data.path at a directory with per-split files')
+  if role == 'eval' and (path, split_name) == (data_config.path, data_config.split):
+    raise ValueError(f'data.eval_split={split_name!r} of {path!r} is the training split '
+                     '(data.split): the held-out score would be on training rows; name another '
+                     'split or set data.eval_path')
   return path, split_name
 
 

@@ -294,7 +294,7 @@ def policy_for_config(config, workdir: str, show_progress: bool = True):
   mesh = sharding_lib.make_mesh(config.mesh)
   tokenizer = tokenizer_lib.load_tokenizer(config.tokenizer)
   cfg = model_lib.ModelConfig.from_config(config.model)
-  queries = loading_lib.load_queries(config.data, config.data.split, seed=config.data.seed,
+  queries = loading_lib.load_queries(config.data, 'train', seed=config.data.seed,
                                      tokenizer=tokenizer,
                                      max_prompt_len=config.sampling.max_prompt_len)
   params, _, info = initial_policy(config, cfg, mesh, tokenizer, queries, workdir,

@@ -86,6 +86,13 @@ _TOWER_RES = (
     re.compile(r'\*\*\s*\(?\s*[\w.]+\s*\)?\s*(?:\*\*|\^)'),  # 9**9**9
     re.compile(r'(?:\^|\*\*)\s*\{?\s*\(?\s*[+-]?\d{5,}'),  # exponent literal >= 10000
 )
+# Layout between a power operator and its exponent, which math-verify reads through
+# (2^\left(99999999\right), 2^\,{999999999}): dropped before the power checks see it.
+_EXPONENT_LAYOUT_RE = re.compile(r'(\^|\*\*)(?:\s|\\(?:left(?![a-zA-Z])|[,;:! ]))+')
+# An exponent that opens with a command the checks cannot bound (2^\frac{99999}{2}); a few
+# constants are fine.
+_COMMAND_EXPONENT_RE = re.compile(
+    r'(?:\^|\*\*)\s*\\(?!(?:pi|circ|prime|infty)(?![a-zA-Z]))')
 # A power and its base: the character before `^`/`**` and an integer exponent literal.
 _POWER_RE = re.compile(r'(\S?)\s*(?:\^|\*\*)\s*\{?\s*\(?\s*[+-]?(\d+)')
 _FORBIDDEN_RE = re.compile(r'\\(?:int|iint|oint|sum|prod|lim)(?![a-zA-Z])')
@@ -208,6 +215,10 @@ def screen_answer(answer: str, max_answer_chars: int = MAX_ANSWER_CHARS) -> str 
     return 'nesting'
   if answer.count('^') + answer.count('**') > MAX_POWERS:
     return 'powers'
+  # The power checks read the exponent as math-verify will: past \left and spacing.
+  answer = _EXPONENT_LAYOUT_RE.sub(r'\1', answer)
+  if _COMMAND_EXPONENT_RE.search(answer):
+    return 'power_tower'
   if any(pattern.search(answer) for pattern in _TOWER_RES):
     return 'power_tower'
   symbolic_degree = 0

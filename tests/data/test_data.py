@@ -295,3 +295,27 @@ def test_jsonl_and_input_checks_read_through_epath(tmp_path, monkeypatch):
       "model.hf_path='fake://bucket/model' is not on local disk; copy it to every host first "
       '(gcloud storage cp -r fake://bucket/model /tmp/) and set --config.model.hf_path=/local/dir '
       'to that copy.']
+
+
+def test_a_run_reads_eval_from_data_eval_split_by_name(tmp_path):
+  """data.split / data.eval_split name dataset splits; the run loads the roles 'train' and
+  'eval' from them (it passed the names as roles: eval_split='validation' failed and
+  eval_split='train' with an eval file silently evaluated on the training rows)."""
+  from sgpo_jax import train
+  _write_jsonl(tmp_path / 'train.jsonl', [{'id': f't{i}', 'prompt': f'{i}+1=',
+                                           'answer': str(i + 1)} for i in range(8)])
+  _write_jsonl(tmp_path / 'validation.jsonl', [{'id': f'v{i}', 'prompt': f'{i}+2=',
+                                                'answer': str(i + 2)} for i in range(4)])
+  config = get_config('runlocal=1')
+  config.model.d_model, config.model.n_layers, config.model.d_ff = 32, 1, 64
+  config.model.n_heads, config.model.n_kv_heads, config.model.head_dim = 2, 1, 16
+  config.data.source, config.data.path = 'jsonl', str(tmp_path)
+  config.data.eval_split = 'validation'
+  config.warm_start.steps = 0
+  setup = train.setup(config, str(tmp_path / 'run'), show_progress=False)
+  assert [q.id for q in setup.eval_queries] == ['v0', 'v1', 'v2', 'v3']
+  assert len(setup.train_queries) == 8
+  # Naming the training split for eval is refused: the held-out score would be on it.
+  config.data.eval_split = 'train'
+  with pytest.raises(ValueError, match=r"data.eval_split='train' of .* is the training split"):
+    train.setup(config, str(tmp_path / 'run2'), show_progress=False)
