@@ -343,13 +343,12 @@ class ContinuousSampler:
     for work in out.calls:
       computed = useful = 0.0
       computed_tokens = useful_tokens = 0
-      for b_idx, bucket in enumerate(self.buckets):
-        computed += int(work['prefills_B'][b_idx]) * bucket * flops_lib.forward_flops_per_token(
-            cfg, bucket)
+      for b_idx, bucket in enumerate(self.buckets):  # a prefill attends over its bucket
+        computed += int(work['prefills_B'][b_idx]) * flops_lib.prefill_flops(cfg, bucket, bucket)
         computed_tokens += int(work['prefills_B'][b_idx]) * bucket
       for plen in work['prompt_lens']:
         bucket = self.buckets[self.bucket_index(plen)]
-        useful += plen * flops_lib.forward_flops_per_token(cfg, bucket)
+        useful += flops_lib.prefill_flops(cfg, plen, bucket)
         useful_tokens += plen
       decode_slots = int(work['decode_slot_steps'])
       fed_back = int(np.sum(np.maximum(work['completion_lens'] - 1, 0)))

@@ -7,7 +7,8 @@ Owns the FLOPs accounting of a run:
 - `param_counts`: total / embedding / non-embedding / matmul parameter counts.
 - `forward_flops_per_token`, `train_flops_per_token`: per-token FLOPs with the attention
   term over the FULL static context (our attention computes over the whole static length:
-  pass T for a full [B, T] forward, the KV-cache size for a decode step).
+  pass T for a full [B, T] forward, the KV-cache size for a decode step); `prefill_flops`: a
+  sampler's prompt prefill, whose LM head runs at the last position only.
 - `FlopsLedger`: cumulative FLOPs per category, both 'computed' (every row, padding
   included: what the hardware does) and 'useful' (valid rows only for the static layouts,
   real tokens only for the continuous sampler and the packed train step), plus token
@@ -114,6 +115,16 @@ def forward_flops_per_token(model_cfg: Any, context_len: int) -> int:
           + 2 * lora_params(model_cfg))
 
 
+def prefill_flops(model_cfg: Any, tokens: int, context_len: int) -> int:
+  """FLOPs of a sampler's prefill of `tokens` prompt positions attending over context_len
+  slots: the forward of every position, but the LM head's logits for the last one only (the
+  samplers read the next token from it alone)."""
+  if tokens <= 0:
+    return 0
+  logits = 2 * int(_dims(model_cfg)['d_model']) * int(_dims(model_cfg)['vocab_size'])
+  return tokens * (forward_flops_per_token(model_cfg, context_len) - logits) + logits
+
+
 def train_flops_per_token(model_cfg: Any, context_len: int) -> int:
   """Forward + backward of one token: 3x forward; with LoRA the frozen base's weight
   gradients are not computed (see the module docstring)."""
@@ -179,10 +190,11 @@ class FlopsLedger:
 
   def add_generation(self, category: str, rows: int, prompt_len: int, new_tokens: int,
                      valid_rows: int, cache_len: int) -> float:
-    """Prefill of prompt_len tokens (attending over prompt_len) plus new_tokens decode
-    steps attending over the cache_len-slot KV cache, for `rows` rows. Returns computed."""
+    """The static sampler's work for `rows` rows: a prefill of prompt_len tokens into the
+    cache_len-slot KV cache (its attention runs over every slot, logits at the last
+    position only) plus new_tokens decode steps attending over the cache. Returns computed."""
     _check_rows(rows, valid_rows)
-    per_row = (prompt_len * forward_flops_per_token(self.model_cfg, prompt_len)
+    per_row = (prefill_flops(self.model_cfg, prompt_len, cache_len)
                + new_tokens * forward_flops_per_token(self.model_cfg, cache_len))
     self.add(category, rows * per_row, valid_rows * per_row)
     return float(rows * per_row)

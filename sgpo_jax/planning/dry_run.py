@@ -192,7 +192,7 @@ def dry_run(config: ml_collections.ConfigDict, num_devices: int | None = None,
   memory['peak'] = max(memory['peak_train'], memory['peak_sample'])
 
   prompt, new = int(s.max_prompt_len), int(s.max_new_tokens)
-  gen_per_row = (prompt * flops_lib.forward_flops_per_token(cfg, prompt)
+  gen_per_row = (flops_lib.prefill_flops(cfg, prompt, seq_len)  # the static sampler's
                  + new * flops_lib.forward_flops_per_token(cfg, seq_len))
   step_flops = {
       'sampling': float(rows * gen_per_row),

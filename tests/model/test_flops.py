@@ -59,12 +59,14 @@ def test_lora_flops_by_hand():
 
 def test_ledger_parts_add_up():
   ledger = flops.FlopsLedger(SMALL)
-  # generation: per row 3 prompt tokens at c=3 + 2 decode steps at c=5
-  #   = 3*752 + 2*816 = 2256 + 1632 = 3888; 4 rows -> 15552 computed, 3 valid -> 11664
+  # generation: per row a prefill of 3 prompt tokens into the 5-slot cache (attention over
+  #   5, logits at the last position only: 3*(816 - 80) + 80 = 2288) + 2 decode steps at c=5
+  #   (2*816 = 1632) = 3920; 4 rows -> 15680 computed, 3 valid -> 11760
+  assert flops.prefill_flops(SMALL, 3, 5) == 2288 and flops.prefill_flops(SMALL, 0, 5) == 0
   assert ledger.add_generation('rollout', rows=4, prompt_len=3, new_tokens=2, valid_rows=3,
-                               cache_len=5) == 15552
+                               cache_len=5) == 15680
   ledger.add_generation('profile', rows=1, prompt_len=3, new_tokens=2, valid_rows=1,
-                        cache_len=5)  # 3888
+                        cache_len=5)  # 3920
   # reference forward: 2 rows x 5 tokens x 816 = 8160
   ledger.add_forward('reference', rows=2, seq_len=5, valid_rows=2)
   # old-log-prob recompute (train.mu > 1): its own category, 1 row x 5 x 816 = 4080
@@ -72,11 +74,11 @@ def test_ledger_parts_add_up():
   # train: 2 passes x 5 tokens x 2448 = 24480 per row; 2 rows -> 48960, 1 valid -> 24480
   ledger.add_train(rows=2, seq_len=5, valid_rows=1, passes=2)
   ledger.add_forward('eval', rows=1, seq_len=5, valid_rows=1)  # 4080, not in total
-  # total = 3888 + 15552 + 8160 + 4080 + 48960; useful = 3888 + 11664 + 8160 + 4080 + 24480
-  assert ledger.as_dict() == {'profile': 3888, 'rollout': 15552, 'reference': 8160,
-                              'old_logprob': 4080, 'train': 48960, 'total': 80640,
-                              'useful_total': 52272, 'eval': 4080}
-  assert ledger.useful('rollout') == 11664 and ledger.useful('train') == 24480
+  # total = 3920 + 15680 + 8160 + 4080 + 48960; useful = 3920 + 11760 + 8160 + 4080 + 24480
+  assert ledger.as_dict() == {'profile': 3920, 'rollout': 15680, 'reference': 8160,
+                              'old_logprob': 4080, 'train': 48960, 'total': 80800,
+                              'useful_total': 52400, 'eval': 4080}
+  assert ledger.useful('rollout') == 11760 and ledger.useful('train') == 24480
   parts = ledger.as_dict()
   assert parts['total'] == sum(parts[c] for c in ('profile', 'rollout', 'reference',
                                                   'old_logprob', 'train'))

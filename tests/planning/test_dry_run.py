@@ -76,8 +76,10 @@ def test_qwen_1_5b_gsm8k_dry_run_table(capsys):
   cfg = model_lib.ModelConfig.from_config(c.model)
   step = result['flops_per_step']
   assert step['train'] == 256 * 1536 * flops.train_flops_per_token(cfg, 1536)
-  assert step['sampling'] == 256 * (512 * flops.forward_flops_per_token(cfg, 512)
-                                    + 1024 * flops.forward_flops_per_token(cfg, 1536))
+  # The prefill attends over the whole 1536-slot cache; the LM head runs at its last position.
+  head = 2 * 1536 * 151936
+  assert step['sampling'] == 256 * (512 * (flops.forward_flops_per_token(cfg, 1536) - head)
+                                    + head + 1024 * flops.forward_flops_per_token(cfg, 1536))
   assert step['reference'] == 0.0
   assert step['total'] == step['train'] + step['sampling']
 
@@ -190,7 +192,9 @@ def test_new_model_dry_run_by_hand(name):
 
   step = result['flops_per_step']
   assert step['train'] == rows * (prompt + new) * 3 * forward(prompt + new)
-  assert step['sampling'] == rows * (prompt * forward(prompt) + new * forward(prompt + new))
+  # prefill: every prompt position over the whole cache, the LM head at the last one only
+  prefill = prompt * (forward(prompt + new) - 2 * D * V) + 2 * D * V
+  assert step['sampling'] == rows * (prefill + new * forward(prompt + new))
   assert step['total'] == step['train'] + step['sampling']
 
 
