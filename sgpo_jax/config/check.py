@@ -134,6 +134,10 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
            f'answers, but data.source={d.source!r} with data.reward={d.reward!r} has none; set '
            'model.hf_path to start from a checkpoint, or warm_start.steps=0.')
   _choice('data.bad_rows', d.bad_rows, ('error', 'skip'))
+  # A wrong answer's bonus must stay below a right answer's 1: eval counts reward >= 1 solved.
+  _require(0.0 <= d.format_reward < 1.0,
+           f'data.format_reward={d.format_reward} must be in [0, 1): a well-formed wrong answer '
+           'would score as solved.')
   _check_wandb(config.logging.wandb_project)
   _choice('tokenizer.kind', config.tokenizer.kind, ('char', 'hf'))
   _choice('dry_run_device', config.dry_run_device, ('',) + tuple(sorted(devices.DEVICES)))

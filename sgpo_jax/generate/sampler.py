@@ -205,13 +205,16 @@ class Sampler:
     """Left-pads token lists into the smallest bucket that fits the longest; fills to `rows`."""
     if len(prompts) > self.rows:
       raise ValueError(f'{len(prompts)} prompts exceed sampler rows={self.rows}.')
+    empty = [r for r, prompt in enumerate(prompts) if not len(prompt)]
+    if empty:  # its first token would be read from a query that sees no key
+      raise ValueError(f'prompt {empty[0]} of {len(prompts)} is empty; every prompt needs at '
+                       'least one token (a chat template or BOS).')
     bucket = self.bucket_for(max(len(p) for p in prompts))
     tokens = np.full((self.rows, bucket), self.pad_id, np.int32)
     mask = np.zeros((self.rows, bucket), np.int32)
     for r, prompt in enumerate(prompts):
-      if prompt:
-        tokens[r, bucket - len(prompt):] = prompt
-        mask[r, bucket - len(prompt):] = 1
+      tokens[r, bucket - len(prompt):] = prompt
+      mask[r, bucket - len(prompt):] = 1
     # Filler rows get a lone BOS so they are well-defined; callers ignore them.
     tokens[len(prompts):, -1] = self.bos_id
     mask[len(prompts):, -1] = 1

@@ -73,7 +73,7 @@ _CONTROL_RE = re.compile(r'[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]')
 _BOX_RE = re.compile(r'\\(?:boxed|fbox)')
 _HASHES_RE = re.compile(r'####')
 _ANSWER_IS_RE = re.compile(r'answer\s*(?:is|:)\s*:?', re.IGNORECASE)
-_NUMBER_RE = re.compile(r'-?\d[\d,]*(?:\.\d+)?(?:/\d+)?%?')
+_NUMBER_RE = re.compile(r'[-\u2212]?\d[\d,]*(?:\.\d+)?(?:/\d+)?%?')  # U+2212: a minus sign
 _SCI_RE = re.compile(r'([+-]?\d+(?:\.\d+)?)[eE]([+-]?\d{1,3})')
 _INT_RE = r'[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)'
 _DECIMAL_RE = re.compile(_INT_RE + r'(?:\.\d+)?|[+-]?\.\d+')
@@ -173,8 +173,11 @@ def extract_answer(completion: str, fallback: str = 'last_number') -> str | None
   if answer_is:
     return _first_sentence(text[answer_is[-1].end():]).strip() or None
   if fallback == 'last_number':
-    numbers = _NUMBER_RE.findall(text[-4 * MAX_ANSWER_CHARS:])
-    return numbers[-1].rstrip(',') if numbers else None
+    window = text[-4 * MAX_ANSWER_CHARS:]
+    if len(text) > len(window):  # do not start the window inside a number (1234567 -> 567)
+      window = re.sub(r'^[\d,.]+', '', window)
+    numbers = _NUMBER_RE.findall(window)
+    return numbers[-1].rstrip(',').replace('\u2212', '-') if numbers else None
   if fallback != 'none':
     raise ValueError(f"fallback={fallback!r} must be 'last_number' or 'none'")
   return None

@@ -211,10 +211,11 @@ class CallableReward:
     if values.shape != (n,):
       raise RewardError(f'reward {self.spec} returned shape {values.shape} for {n} completions; '
                         f'return a list or 1-D array of {n} floats, one per completion.')
-    bad = np.flatnonzero(~np.isfinite(values))
+    # Checked as float32, the dtype the run keeps: 1e39 is finite in float64, inf in float32.
+    bad = np.flatnonzero(~np.isfinite(values.astype(np.float32)))
     if bad.size:
       raise RewardError(f'reward {self.spec} returned {values[bad[0]]} for {_row(queries, bad[0])}'
-                        f' ({bad.size} non-finite of {n}); return finite floats.')
+                        f' ({bad.size} non-finite of {n} in float32); return finite floats.')
     return values.astype(np.float32)
 
   def startup_check(self, queries: Sequence[Query]) -> None:
@@ -242,7 +243,11 @@ class WeightedReward:
     total = np.zeros(len(completions), np.float64)
     for weight, fn in self.terms:
       total += weight * np.asarray(fn(completions, queries), np.float64).reshape(len(completions))
-    return total.astype(np.float32)
+    out = total.astype(np.float32)
+    if not np.isfinite(out).all():  # each term is finite; their weighted sum may not be
+      raise RewardError(f'the weighted reward sum is {out[~np.isfinite(out)][0]} for a completion; '
+                        'lower the weights or the terms\' scale.')
+    return out
 
   def startup_check(self, queries: Sequence[Query]) -> None:
     for _, fn in self.terms:

@@ -233,6 +233,7 @@ def test_every_config_file_uses_the_strict_parser():
     ('sgpo.prior_eps', 0.0, 'sgpo.prior_eps=0.0 must be > 0'),
     ('dapo.max_rounds', 0, 'dapo.max_rounds=0 must be >= 1'),
     ('grpo.group_size', 1, r'grpo.group_size=1 must be >= 2 \(a group of 1 never'),
+    ('data.format_reward', 1.0, r'data.format_reward=1.0 must be in \[0, 1\)'),
     ('dapo.group_size', 1, 'dapo.group_size=1 must be >= 2'),
     ('sgpo.group_sizes', (1, 2),
      r'sgpo.group_sizes=\(1, 2\) must be a non-empty set of integers >= 2'),

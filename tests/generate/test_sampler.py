@@ -231,3 +231,9 @@ def test_stop_tokens_end_rows_and_all_done_exits_loop(cfg, mesh1, param_sharding
   assert run(prompts[2:3], 0.0).lengths_R.tolist() == [1]
   assert counting.calls == 1, counting.calls
   assert sampler.compile_count == 1
+
+
+def test_an_empty_prompt_is_refused_before_sampling(sampler):
+  """Its first token would come from a query that attends to no key (padding's mean)."""
+  with pytest.raises(ValueError, match='prompt 1 of 2 is empty'):
+    sampler.pad_prompts([[BOS, 3], []])

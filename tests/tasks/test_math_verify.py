@@ -205,6 +205,9 @@ def test_call_takes_queries_and_dedupes(verifier):
     ('the ANSWER is: 7', '7'),
     ('nothing here', None),
     ('x = 3, y = 4', '4'),
+    ('It drops to \u22125', '-5'),  # a unicode minus is a minus, not a dropped sign
+    ('1234567' + 'x' * 637, None),  # the last-number window never starts inside a number
+    ('1234567' + 'x' * 500, '1234567'),
 ])
 def test_extract_answer(completion, expected):
   assert extract_answer(completion) == expected

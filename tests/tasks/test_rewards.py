@@ -40,6 +40,9 @@ USER_MODULE = textwrap.dedent('''
     def nan_on_x(completions, **kwargs):
       return [math.nan if c == 'x' else 1.0 for c in completions]
 
+    def huge_on_x(completions, **kwargs):
+      return [1e39 if c == 'x' else 1.0 for c in completions]  # finite in float64 only
+
     def raise_on_x(completions, **kwargs):
       if 'x' in completions:
         raise KeyError('no x here')
@@ -183,6 +186,7 @@ def test_warm_start_needs_the_arithmetic_task_or_a_checkpoint(user_module):
 @pytest.mark.parametrize('name, message', [
     ('short', r'returned shape \(5,\) for 6 completions'),
     ('nan_on_x', r"returned nan for row 1 \(query id 'q1'\)"),
+    ('huge_on_x', r"returned 1e\+39 for row 1 \(query id 'q1'\) \(1 non-finite of 6 in float32\)"),
     ('raise_on_x', r"raised KeyError: 'no x here' on row 1 \(query id 'q1'\), completion 'x'"),
     ('words', 'is not numbers'),
     ('wants_solution', "takes 'solution' but the rows have no such column"),
