@@ -2,7 +2,7 @@
 
 Modules: `trajectory` (curve forms, robust fits, CIs, form selection), `forecasting`
 (final reward / plateau / stop step from a prefix or zero-shot), `calibration` (point
-forecasts learnt across finished runs, with split-conformal intervals from `conformal`),
+forecasts learnt across finished runs, with jackknife intervals from `conformal`),
 `joint_law` (plateau and timescale as power laws in model size across runs), `early_stop`
 (the trainer hooks: rule 'trend' on eval accuracy, rule 'forecast' on reward), `runs` (run
 directories, metric choice, run length, reports, plots), `calibration_set` (a calibration

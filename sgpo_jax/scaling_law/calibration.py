@@ -1,5 +1,6 @@
 """Calibrated forecasts of a run's final value: a point forecast learnt across finished
-runs and a split-conformal interval from those runs' out-of-sample errors.
+runs and a jackknife interval from those runs' leave-one-out errors (conformal.py: coverage
+measured, not guaranteed).
 
 What a forecast sees of a run (`PrefixFeatures`, computed by `prefix_features`) is its
 first `observe_fraction` of steps: the flat level there (mean of the last third of the

@@ -1,10 +1,15 @@
-"""Split-conformal intervals over runs: pure functions, pinned by hand-computed tests.
+"""Conformal-style intervals over runs: pure functions, pinned by hand-computed tests.
 
 A forecaster is scored on calibration runs it was not fitted on; the absolute errors are
-the scores. For a new run exchangeable with those, the interval point ± q, q the
-ceil((n + 1)·confidence)-th smallest of n scores, holds the actual value with probability
->= confidence (Vovk et al.; Lei et al. 2018). It covers whatever the scores saw: curve-form
-error, run-to-run variation and the noise of the final value, not just parameter noise.
+the scores, and the interval is point ± q, q the ceil((n + 1)·confidence)-th smallest of n
+scores. With a point forecaster fitted on other runs than the scores' (split conformal),
+a new run exchangeable with those is covered with probability >= confidence (Vovk et al.;
+Lei et al. 2018). calibration.py fits the point forecast on all n calibration runs and takes
+the scores from their leave-one-out forecasts: that is the jackknife interval, which has no
+such finite-sample guarantee (jackknife+ has 1 - 2(1 - confidence); Barber et al. 2021), so
+its coverage is measured on held-out runs (docs/forecasting.md) rather than promised. It
+covers whatever the scores saw: curve-form error, run-to-run variation and the noise of the
+final value, not just parameter noise.
 """
 
 from __future__ import annotations

@@ -548,9 +548,22 @@ class EarlyStopper:
       self._first_flops = (step, float(flops_total))
 
   def observe_row(self, row: dict[str, Any]) -> None:
-    """`observe` for one metrics row; rows without reward or mostly padding are skipped."""
+    """`observe` for one metrics row (rows without reward or mostly padding are skipped),
+    keeping the refit schedule where `update` would have left it: a run resumed from its
+    metrics refits at the same steps as an uninterrupted one."""
     if _fits_reward(row):
       self.observe(int(row['step']), float(row['reward_mean']), float(row['flops_total']))
+      if self.enabled:
+        self._due_refit(int(row['step']))
+
+  def _due_refit(self, step: int) -> bool:
+    """Whether `step` refits (advancing the schedule when it does)."""
+    if step < self.min_fraction * self.num_steps:
+      return False
+    if self._last_refit_step is not None and step - self._last_refit_step < self.refit_every:
+      return False
+    self._last_refit_step = step
+    return True
 
   def update_row(self, row: dict[str, Any]) -> StopDecision | None:
     """`update` for one metrics row (see `observe_row` for the rows it skips)."""
@@ -563,11 +576,8 @@ class EarlyStopper:
     if not self.enabled:
       return None
     self.observe(step, reward, flops_total)
-    if step < self.min_fraction * self.num_steps:
+    if not self._due_refit(step):
       return None
-    if self._last_refit_step is not None and step - self._last_refit_step < self.refit_every:
-      return None
-    self._last_refit_step = step
     where = f'step {step}/{self.num_steps}'
     candidates, failures = [], []
     for form in (self.prior.form,) if self.prior is not None else self.forms:

@@ -379,7 +379,7 @@ def evaluate_run(run: RunRecord, observe_fraction: float, *, law: JointLaw | Non
       row.update({
           'predicted_final_reward': round(result.predicted_final, 6),
           'predicted_final_reward_ci': _ci_list(result.interval),
-          'interval_kind': f'split conformal over {result.n_calibration} runs',
+          'interval_kind': f'jackknife (leave-one-out) over {result.n_calibration} runs',
           'observed_until_step': features.observed_until_step,
           'calibration_set': {'source': calibration.source, 'runs': result.n_calibration,
                               'config_group': group,

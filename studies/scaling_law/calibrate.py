@@ -12,7 +12,7 @@ the CLI uses by default (sgpo_jax/scaling_law/calibration_runs.json.xz).
 Per metric (held-out eval_accuracy; training reward: reward_mean for GRPO/DAPO,
 reward_over_profile for curriculum sGPO), every run is forecast from its first 30% by each
 predictor of `sgpo_jax.scaling_law.calibration`, fitted on the other runs, with a 90%
-split-conformal interval from the other runs' leave-one-out errors; the default predictor
+jackknife interval from the other runs' leave-one-out errors; the default predictor
 also with its config group left out (scores leave-group-out too) and with its seed group
 left out. The 'trend' early-stop rule (with its confirmation and peak-tolerance options) is
 scored on every run for a grid of settings, and out of sample: for each config group (and

@@ -456,7 +456,7 @@ def test_forecast_figures_are_the_pooled_study():
   text = pooled.read_text()
   assert 'The CLI from the first 30%' in text and 'worst <= 3' in text
   assert_quotes('`fit` forecasts a run', [
-      'first 30% of steps', 'a 90% split-conformal interval',
+      'first 30% of steps', 'a 90% jackknife interval',
       f'On {acc[2]} held-out runs the mean error was {acc[5].split()[0]} '
       f'({acc[6].split()[0]} "stays where it is") and the intervals held {acc[7].split()[0]}',
       f'mean error {reward[5].split()[0]} against a seed-noise floor of {noise[5]}',

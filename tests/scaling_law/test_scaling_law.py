@@ -230,6 +230,22 @@ def test_early_stopper_stops_in_expected_window_with_reason():
   assert not decisions[0].should_stop and 'continue at step' in decisions[0].reason
 
 
+def test_early_stopper_resumed_from_its_log_refits_at_the_same_steps():
+  """train.py replays metrics.jsonl with observe_row after a resume; the refits (and so the
+  decisions) must fall on the steps of the uninterrupted run (they restarted at once)."""
+  config = {'enabled': True, 'epsilon': 1e-6, 'min_fraction': 0.5, 'confidence': 0.9}
+  rows = [{'step': s, 'reward_mean': 0.5 - 0.4 * math.exp(-s / 20), 'flops_total': 1e9 * s}
+          for s in range(1, 81)]
+  whole = EarlyStopper(config, 80, refit_every=5, n_samples=20)
+  refits = [r['step'] for r in rows if whole.update_row(r) is not None]
+  assert refits[:3] == [40, 45, 50]
+  resumed = EarlyStopper(config, 80, refit_every=5, n_samples=20)
+  for row in rows[:42]:  # resumed after step 42
+    resumed.observe_row(row)
+  assert [r['step'] for r in rows[42:] if resumed.update_row(r) is not None] == \
+      [s for s in refits if s > 42]
+
+
 def test_early_stopper_disabled_and_bad_config():
   config = {'enabled': False, 'epsilon': 0.01, 'min_fraction': 0.2, 'confidence': 0.9}
   assert EarlyStopper(config, 100).update(50, 0.5, 1e9) is None

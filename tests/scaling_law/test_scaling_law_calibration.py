@@ -448,7 +448,7 @@ def test_cli_calibrates_on_run_folders_and_leaves_the_target_out(tmp_path, capsy
   assert code == 0, captured.err
   row = json.loads(captured.out)
   assert row['calibration_set']['runs'] == 2  # seed1, seed2: never the run itself
-  assert row['interval_kind'].startswith('split conformal')
+  assert row['interval_kind'].startswith('jackknife (leave-one-out)')
   assert row['interval_low'] <= row['predicted_final_reward'] <= row['interval_high']
   assert scaling_law_cli.main(['fit', str(runs[0]), '--calibration', str(tmp_path)]) == 2
   assert 'not run folders' in capsys.readouterr().err
