@@ -580,6 +580,10 @@ def finalize(su: Setup, rs: RunState) -> dict:
       if steps_rows else 0.0,
       'skipped_steps': sum(int(r.get('skipped_step', 0)) for r in steps_rows),
       'wall_seconds': rs.wall_seconds(),
+      # The budget ends a run at the first step that reaches it: the overshoot is that step's.
+      'flops_budget': float(config.train.flops_budget),
+      'flops_over_budget': (max(su.ledger.total - config.train.flops_budget, 0.0)
+                            if config.train.flops_budget > 0 else 0.0),
       'initial_policy': su.init_info,
       'stop_reason': rs.stop_reason,
       'environment': environment.describe(),

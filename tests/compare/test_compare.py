@@ -74,6 +74,10 @@ def test_flops_budget_stops_the_loop(tmp_path):
   assert rows[-1]['flops_total'] >= 2.5e8 > rows[-2]['flops_total']
   assert 'eval_accuracy' in rows[-1]  # the stopping step is always evaluated
   assert summary['eval_accuracy_final'] == rows[-1]['eval_accuracy']
+  # The overshoot is reported: the last step's FLOPs beyond the budget, less than one step.
+  assert summary['flops_budget'] == 2.5e8
+  assert summary['flops_over_budget'] == pytest.approx(summary['flops']['total'] - 2.5e8)
+  assert 0 <= summary['flops_over_budget'] < rows[-1]['flops_total'] - rows[-2]['flops_total']
 
 
 def test_eval_due_at_every_steps_and_at_each_budget_fraction_crossed():
