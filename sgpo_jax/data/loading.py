@@ -174,8 +174,16 @@ def _split_files(path: str, split_name: str, ext: str) -> list[str]:
 
 def _read_jsonl(path: str, split_name: str) -> Iterator[tuple[str, int, Any]]:
   for file in _split_files(path, split_name, 'jsonl'):
-    with input_path(file).open('r', encoding='utf-8') as f:
-      for line_no, line in enumerate(f, start=1):
+    # Bytes, decoded line by line: one line that is not UTF-8 is that line's error (with its
+    # number), not a UnicodeDecodeError for the whole file.
+    with input_path(file).open('rb') as f:
+      for line_no, raw in enumerate(f, start=1):
+        try:
+          line = raw.decode('utf-8')
+        except UnicodeDecodeError as e:
+          yield file, line_no, BadRow('invalid_utf8', f'not UTF-8 at byte {e.start} ({e.reason}); '
+                                      'save the file as UTF-8')
+          continue
         if not line.strip():
           continue
         try:
@@ -343,8 +351,9 @@ def _to_query(row: Any, data_config: Any, split_name: str, row_no: int, tokenize
   if max_prompt_len is not None and tokenizer is not None:
     try:
       num_tokens = len(tokenizer.encode_prompt(prompt))
-    except ValueError as e:
-      raise BadRow('unencodable_prompt', f'prompt cannot be tokenized: {e}') from None
+    except Exception as e:  # noqa: BLE001  a template's raise_exception (jinja2) included
+      why = str(e) if isinstance(e, ValueError) else f'{type(e).__name__}: {e}'
+      raise BadRow('unencodable_prompt', f'prompt cannot be tokenized: {why}') from None
     if num_tokens > max_prompt_len:
       raise BadRow('prompt_too_long', f'prompt is {num_tokens} tokens after templating, more '
                    f'than max_prompt_len={max_prompt_len}; raise sampling.max_prompt_len or '
@@ -352,6 +361,10 @@ def _to_query(row: Any, data_config: Any, split_name: str, row_no: int, tokenize
   known = {id_field, prompt_field, answer_field, 'difficulty'}
   metadata = {k: _as_text(v) for k, v in row.items() if k not in known}
   difficulty = row.get('difficulty')
+  if isinstance(difficulty, float) and not math.isfinite(difficulty):
+    if not math.isnan(difficulty):
+      raise BadRow('bad_difficulty', f'difficulty is {difficulty}; use a finite number or none')
+    difficulty = None  # NaN: a missing value (a float column written by pandas)
   difficulty = int(difficulty) if isinstance(difficulty, (int, float)) and \
       not isinstance(difficulty, bool) else None
   return Query(id=query_id, prompt=prompt, answer=answer, difficulty=difficulty,

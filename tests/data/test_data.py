@@ -116,6 +116,8 @@ BAD_ROWS = [
     ('not_an_object', '[1, 2]', 'not an object'),
     ('prompt_too_long', {'id': 'x', 'prompt': '1234567+1=', 'answer': '1234568'},
      'max_prompt_len=8'),
+    ('bad_difficulty', '{"id": "x", "prompt": "1+1=", "answer": "2", "difficulty": Infinity}',
+     'difficulty is inf'),
 ]
 
 
@@ -137,6 +139,19 @@ def test_bad_row_error_names_file_row_and_fix(tmp_path, reason, bad_row, message
   assert isinstance(report, LoadReport)
   assert (report.rows_read, report.num_loaded, dict(report.skipped)) == (3, 2, {reason: 1})
   assert report.examples[0].startswith(f'{path}:2: ')
+
+
+def test_a_line_that_is_not_utf8_is_that_lines_error_and_nan_difficulty_is_none(tmp_path):
+  good = json.dumps({'id': 'q1', 'prompt': '1+2=', 'answer': '3', 'difficulty': float('nan')})
+  (tmp_path / 'train.jsonl').write_bytes(good.encode() + b'\n{"id": "x\xff"}\n'
+                                         + good.replace('q1', 'q9').encode() + b'\n')
+  config = _data_config('jsonl', tmp_path)
+  with pytest.raises(ValueError, match=r'train.jsonl:2: not UTF-8 at byte 9'):
+    load_queries(config, 'train')
+  config.bad_rows = 'skip'
+  queries = load_queries(config, 'train')
+  assert [q.id for q in queries] == ['q1', 'q9']
+  assert queries[0].difficulty is None  # NaN: pandas' missing value, not a crash
 
 
 def test_skip_counts_across_readers(sources, tmp_path):
