@@ -52,13 +52,16 @@ def prompt_buckets(max_prompt_len: int, min_prompt_bucket: int = 16) -> tuple[in
 
 
 def _filter_logits(logits_RxV, top_p, top_k):
-  """Masks tokens outside top-k (k <= 0: off) and outside the top-p nucleus (p >= 1: off)."""
+  """Masks tokens outside top-k (k <= 0: off), then outside the top-p nucleus of what is
+  left, renormalised (p >= 1: off): the order of transformers' and vLLM's samplers."""
   sorted_RxV = jnp.sort(logits_RxV, axis=-1)[:, ::-1]
   vocab = logits_RxV.shape[-1]
   k = jnp.where(top_k > 0, jnp.minimum(top_k, vocab), vocab)
   kth_R = jnp.take_along_axis(sorted_RxV, jnp.broadcast_to(k - 1, (logits_RxV.shape[0], 1)),
                               axis=-1)
-  probs_RxV = jax.nn.softmax(sorted_RxV, axis=-1)
+  # The nucleus is taken over the top-k tokens' renormalised probabilities (ties at the k-th
+  # value stay in, as top-k keeps them).
+  probs_RxV = jax.nn.softmax(jnp.where(sorted_RxV >= kth_R, sorted_RxV, -jnp.inf), axis=-1)
   before_RxV = jnp.cumsum(probs_RxV, axis=-1) - probs_RxV  # mass strictly above each token
   keep_RxV = (before_RxV < top_p) | (jnp.arange(vocab) == 0)
   nucleus_min_R = jnp.min(jnp.where(keep_RxV, sorted_RxV, jnp.inf), axis=-1, keepdims=True)

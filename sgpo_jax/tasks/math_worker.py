@@ -47,11 +47,15 @@ def check_pair(gold: str, answer: str, gold_cache: dict, parse_timeout: int | No
 
   parsed_gold = gold_cache.get(gold)
   if parsed_gold is None:
-    # An unparseable reference still matches the identical string.
-    parsed_gold = parse(gold) or [gold]
-    if len(gold_cache) > 100_000:
-      gold_cache.clear()
-    gold_cache[gold] = parsed_gold
+    parsed = parse(gold)
+    # An unparseable reference still matches the identical string. It is not cached: an
+    # empty parse may be a parse timeout under load, which must not stick for the worker's
+    # life (every later answer to that reference would then need the gold's exact text).
+    parsed_gold = parsed or [gold]
+    if parsed:
+      if len(gold_cache) > 100_000:
+        gold_cache.clear()
+      gold_cache[gold] = parsed_gold
   parsed_answer = parse(answer)
   if not parsed_answer:
     return answer == gold

@@ -237,3 +237,17 @@ def test_an_empty_prompt_is_refused_before_sampling(sampler):
   """Its first token would come from a query that attends to no key (padding's mean)."""
   with pytest.raises(ValueError, match='prompt 1 of 2 is empty'):
     sampler.pad_prompts([[BOS, 3], []])
+
+
+def test_top_p_applies_to_the_renormalised_top_k():
+  """transformers' and vLLM's order: probabilities .4/.3/.2/.1 with k=2 renormalise to
+  .57/.43, so p=0.5 keeps the first token alone (over the whole distribution the mass above
+  the second is .4 < .5, which would have kept both)."""
+  import jax.numpy as jnp
+  logits = jnp.log(jnp.array([[0.4, 0.3, 0.2, 0.1]]))
+  kept = np.isfinite(np.asarray(sampling._filter_logits(logits, 0.5, 2)))
+  np.testing.assert_array_equal(kept, [[True, False, False, False]])
+  kept = np.isfinite(np.asarray(sampling._filter_logits(logits, 0.5, 0)))  # no top-k
+  np.testing.assert_array_equal(kept, [[True, True, False, False]])
+  kept = np.isfinite(np.asarray(sampling._filter_logits(logits, 1.0, 3)))  # no top-p
+  np.testing.assert_array_equal(kept, [[True, True, True, False]])

@@ -415,3 +415,14 @@ def test_issue_44_blowups_never_reach_a_worker(verifier, completion):
   assert verifier.score([completion], ['42']).tolist() == [0.0]
   assert verifier.stats['screened'] == before['screened'] + 1
   assert verifier.stats['pool'] == before['pool']
+
+
+def test_only_a_parsed_gold_is_cached_in_the_worker():
+  """An empty parse of the reference may be a parse timeout under load: it is not kept, so a
+  later answer to that reference gets a fresh parse instead of string equality for good."""
+  from sgpo_jax.tasks.math_worker import check_pair
+  cache: dict = {}
+  assert check_pair('x+1', '1+x', cache, None, None)
+  assert 'x+1' in cache
+  assert check_pair('', '', cache, None, None)  # nothing to parse: the identical string
+  assert '' not in cache
