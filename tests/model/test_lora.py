@@ -167,6 +167,37 @@ def test_merged_weights_and_peft_adapters_match_the_lora_model(base_dtype, tmp_p
 
 
 @pytest.mark.slow
+def test_peft_loads_the_exported_adapters_onto_the_exported_base(tmp_path):
+  """The round trip a user makes: our base in HF format, our adapters in the PEFT layout,
+  loaded by transformers + peft, give our LoRA model's logits (head_dim 16, so the query
+  width H*E = 64 differs from d_model = 32 and a transposed adapter cannot pass)."""
+  torch = pytest.importorskip('torch')
+  peft = pytest.importorskip('peft')
+  import transformers
+
+  from sgpo_jax.model import hf
+  cfg = tiny_config(**LORA, head_dim=16)
+  plain_cfg = dataclasses.replace(cfg, lora_rank=0, lora_base_dtype=None)
+  base = model_lib.init_params(plain_cfg, jax.random.key(0))
+  adapters, frozen = lora_lib.split(lora_lib.attach(cfg, base, jax.random.key(1)))
+  rng = np.random.default_rng(0)
+  adapters = jax.tree.map(lambda x: 0.1 * rng.standard_normal(x.shape).astype(np.float32),
+                          adapters)  # trained-looking B != 0
+  params = lora_lib.merge(adapters, frozen)
+  hf.save_hf_checkpoint(base, plain_cfg, str(tmp_path / 'base'), dtype='float32')
+  lora_lib.save_peft(cfg, params, str(tmp_path / 'adapters'))
+  model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / 'base'),
+                                                            torch_dtype=torch.float32)
+  model = peft.PeftModel.from_pretrained(model, str(tmp_path / 'adapters')).eval()
+  tokens = np.array([[1, 4, 5, 13, 6, 14, 3, 9]], np.int32)
+  with torch.no_grad():
+    theirs = model(torch.from_numpy(tokens).long()).logits.numpy()
+  ours = _logits(cfg, params, tokens)
+  assert np.abs(ours - _logits(plain_cfg, base, tokens)).max() > 0.1  # the adapters matter
+  np.testing.assert_allclose(theirs, ours, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
 def test_qlora_run_with_continuous_sampler_resumes_exactly_and_exports(tmp_path, monkeypatch):
   from sgpo_jax import export, tasks, train
   from tests.test_train import assert_metrics_match, coin_flip_reward, tiny_run_config
