@@ -78,6 +78,12 @@ def test_flops_budget_stops_the_loop(tmp_path):
   assert summary['flops_budget'] == 2.5e8
   assert summary['flops_over_budget'] == pytest.approx(summary['flops']['total'] - 2.5e8)
   assert 0 <= summary['flops_over_budget'] < rows[-1]['flops_total'] - rows[-2]['flops_total']
+  # Rerun with twice the budget: the run goes on from its budget stop (it ran 0 steps).
+  config.train.flops_budget = 5e8
+  more = train.run(config, str(tmp_path), show_progress=False)
+  assert summary['steps'] < more['steps'] < 50
+  assert more['stop_reason'].startswith('flops budget 5e+08')
+  assert _step_rows(str(tmp_path))[-1]['flops_total'] >= 5e8
 
 
 def test_eval_due_at_every_steps_and_at_each_budget_fraction_crossed():
