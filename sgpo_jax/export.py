@@ -61,9 +61,11 @@ def check_request(workdir: str, step: int | None = None, peft_out: str | None = 
   return cfg
 
 
-def load_policy(workdir: str, step: int | None = None):
-  """(params, ModelConfig, step) of the run's checkpoint `step` (default: the latest)."""
-  cfg = check_request(workdir, step)
+def load_policy(workdir: str, step: int | None = None,
+                cfg: model_lib.ModelConfig | None = None):
+  """(params, ModelConfig, step) of the run's checkpoint `step` (default: the latest); `cfg`:
+  the run's ModelConfig when the caller has checked the request already (export_run)."""
+  cfg = cfg or check_request(workdir, step)
   ckpt = checkpoint_lib.Checkpointer(paths_lib.join(workdir, 'checkpoints'))
   try:
     if step is None:  # the newest intact checkpoint, as a resume would pick it
@@ -95,8 +97,8 @@ def special_token_ids(tokenizer_dir: str) -> dict[str, int]:
 
 def export_run(workdir: str, out_dir: str, step: int | None = None, peft_out: str | None = None,
                **kwargs) -> list[str]:
-  check_request(workdir, step, peft_out, kwargs.get('dtype'))
-  params, cfg, _ = load_policy(workdir, step)
+  cfg = check_request(workdir, step, peft_out, kwargs.get('dtype'))
+  params, cfg, _ = load_policy(workdir, step, cfg)
   if lora_lib.enabled(cfg):
     if peft_out:
       lora_lib.save_peft(cfg, params, peft_out)
