@@ -554,6 +554,21 @@ def maybe_checkpoint(su: Setup, rs: RunState) -> None:
     rs.ckpt.save(step, rs.train_state, metrics_lib.to_jsonable(rs.meta))
 
 
+def finish_exhausted(su: Setup, rs: RunState) -> None:
+  """The allocator has no batch left (sgpo with every phase empty, a plug-in that serves
+  its pool once): the run ends at its last step. That step's parameters are evaluated,
+  unless the step already was, so summary.json's final accuracy is the final policy's; and
+  checkpointed with the stop reason, so a resume neither profiles nor trains again."""
+  rs.stop_reason = 'allocator exhausted'
+  last = rs.writer.rows[-1] if rs.writer.rows else {}
+  if not (last.get('step') == rs.step and 'eval_accuracy' in last):
+    rs.last_eval = run_eval(su, rs.train_state['params'], rs.step)
+    rs.writer.write({'step': rs.step, 'flops_total': su.ledger.total, **rs.last_eval})
+  if rs.step not in rs.ckpt.all_steps():  # else that step's checkpoint already holds it
+    maybe_checkpoint(su, rs)
+  logging.info('allocator exhausted after step %d: the run ends there', rs.step)
+
+
 def finalize(su: Setup, rs: RunState) -> dict:
   """Closes the loop's resources; writes summary.json and report.md; returns the summary."""
   rs.ckpt.close()
@@ -656,7 +671,7 @@ def _run_locked(config, workdir, stop_after, show_progress, after_step,
     while rs.step < config.train.num_steps and rs.stop_reason is None:
       row = rl_step(su, rs)
       if row is None:
-        rs.stop_reason = 'allocator exhausted'
+        finish_exhausted(su, rs)
         break
       eval_and_stop(su, rs, row)
       rs.writer.write(row)

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 import pytest
 
+from sgpo_jax import allocators as allocators_lib
 from sgpo_jax import tasks, train
 from sgpo_jax.allocators import coverage as coverage_lib
 from sgpo_jax.compare import analysis as compare_analysis
@@ -434,3 +435,42 @@ def test_rollout_fn_marks_the_valid_rows_queries_of_every_category(monkeypatch):
   assert coverage_lib.pool_coverage(sampled_Q) == {'pool_size': 6, 'sampled': 3,
                                                   'never_sampled_share': 0.5}
 
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('serves', [3, 2])
+def test_exhausted_allocator_ends_evaluated_and_checkpointed(tmp_path, monkeypatch, serves):
+  """An allocator that runs out of batches (fill_batch -> None) ends the run at its last
+  step: that step's parameters are evaluated (3: not on the eval schedule; 2: already
+  evaluated, not twice), checkpointed with the stop reason (2: the step's own checkpoint,
+  not saved again), and a resume returns the same summary without a further step."""
+  served = {'n': 0}
+  fill = allocators_lib.GRPOAllocator.fill_batch
+
+  def fill_then_run_out(self, rollout_fn):
+    if served['n'] >= serves:
+      return None
+    served['n'] += 1
+    return fill(self, rollout_fn)
+
+  monkeypatch.setattr(allocators_lib.GRPOAllocator, 'fill_batch', fill_then_run_out)
+  monkeypatch.setattr(tasks, 'get_reward_fn', coin_flip_reward)  # steps that train
+  config = tiny_run_config('grpo', num_steps=6)  # eval and checkpoint every 2 steps
+  config.grpo.group_size = 4
+  workdir = str(tmp_path / 'run')
+  summary = train.run(config, workdir, show_progress=False)
+  assert summary['steps'] == serves and summary['stop_reason'] == 'allocator exhausted'
+  rows = read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
+  evals = [r for r in rows if 'eval_accuracy' in r]
+  assert [r['step'] for r in evals] == [0, 2, 3][:serves]
+  assert summary['eval_accuracy_final'] == evals[-1]['eval_accuracy']
+  assert evals[-1]['flops_total'] == summary['flops']['total']
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'), 3, False)
+  assert ckpt.all_steps()[-1] == serves
+  ckpt.close()
+  resumed = train.run(config, workdir, show_progress=False)
+  assert served['n'] == serves  # the resume trained nothing
+  process_local = ('wall_seconds', 'compiles')
+  assert {k: v for k, v in resumed.items() if k not in process_local} == {
+      k: v for k, v in summary.items() if k not in process_local}
+  assert read_jsonl(os.path.join(workdir, 'metrics.jsonl')) == rows
