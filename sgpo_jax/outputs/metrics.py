@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import uuid
 from typing import Any, Iterable
 
@@ -111,7 +112,14 @@ class MetricsWriter:
     self._tb = None
     if processes.is_writer():
       from tensorboardX import SummaryWriter  # deferred: heavy (it loads torch when present)
-      self._tb = SummaryWriter(paths.join(workdir, 'tensorboard'))
+      # purge_step: TensorBoard hides what a stopped run logged past the checkpoint this
+      # one resumes from (metrics.jsonl is cut there too), so resumed steps are not drawn
+      # twice; a fresh start hides every earlier event. The sub-second suffix keeps a writer
+      # started in the same second as the last from overwriting its file (tensorboardX
+      # opens it 'wb', named by the second) and sorts the files in the order written.
+      self._tb = SummaryWriter(paths.join(workdir, 'tensorboard'),
+                               purge_step=0 if resume_step is None else resume_step + 1,
+                               filename_suffix=f'.{time.time_ns() % 10**9:09d}')
     self._wandb = None
     if processes.is_writer() and wandb_project:
       self._wandb = start_wandb(workdir, wandb_project, wandb_config, resume_step is not None)
