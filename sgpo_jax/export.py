@@ -103,12 +103,13 @@ def export_run(workdir: str, out_dir: str, step: int | None = None, peft_out: st
     if peft_out:
       lora_lib.save_peft(cfg, params, peft_out)
     params = lora_lib.merged_params(cfg, params)
-  tokenizer_dir = os.path.join(workdir, 'tokenizer')
-  has_hf_tokenizer = os.path.exists(os.path.join(tokenizer_dir, 'tokenizer_config.json'))
-  token_ids = special_token_ids(tokenizer_dir) if has_hf_tokenizer else {}
-  files = hf_lib.save_hf_checkpoint(params, cfg, out_dir,
-                                    tokenizer_dir=tokenizer_dir if has_hf_tokenizer else None,
-                                    config_overrides=token_ids, **kwargs)
+  # A gs:// workdir's tokenizer is downloaded first: transformers reads local folders only.
+  with paths_lib.local_copy(paths_lib.join(workdir, 'tokenizer')) as tokenizer_dir:
+    has_hf_tokenizer = os.path.exists(os.path.join(tokenizer_dir, 'tokenizer_config.json'))
+    token_ids = special_token_ids(tokenizer_dir) if has_hf_tokenizer else {}
+    files = hf_lib.save_hf_checkpoint(params, cfg, out_dir,
+                                      tokenizer_dir=tokenizer_dir if has_hf_tokenizer else None,
+                                      config_overrides=token_ids, **kwargs)
   if token_ids:
     path = os.path.join(out_dir, 'generation_config.json')
     with open(path, 'w') as f:

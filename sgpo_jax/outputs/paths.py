@@ -13,10 +13,12 @@ Object stores have no append and no atomic rename: `append_text` rewrites the ob
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 from etils import epath
@@ -143,3 +145,27 @@ def copy_tree(local_dir: str, directory: str) -> None:
         target.joinpath(name).write_bytes(epath.Path(os.path.join(root, name)).read_bytes())
       else:
         shutil.copy2(os.path.join(root, name), os.fspath(target.joinpath(name)))
+
+
+@contextlib.contextmanager
+def local_copy(directory: str) -> Iterator[str]:
+  """A local folder holding `directory`'s files (recursively): the folder itself when local,
+  else a temporary download, removed on exit. For readers that only take local paths
+  (transformers' tokenizer, the export's file copies); a missing folder yields an empty one."""
+  if not is_remote(directory):
+    yield directory
+    return
+  def download(src: epath.Path, dst: str) -> None:  # iterdir: gs:// has no rglob
+    for path in src.iterdir():
+      target = os.path.join(dst, path.name)
+      if path.is_dir():
+        os.makedirs(target, exist_ok=True)
+        download(path, target)
+      else:
+        with open(target, 'wb') as f:
+          f.write(path.read_bytes())
+
+  with tempfile.TemporaryDirectory() as local:
+    if epath.Path(directory).exists():
+      download(epath.Path(directory), local)
+    yield local

@@ -6,6 +6,7 @@ through epath; a missing backend is simulated by making its import fail.
 """
 
 import json
+import os
 import sys
 
 import fsspec
@@ -134,13 +135,28 @@ def test_report_plots_and_tokenizer(remote, tmp_path, fake_gcs):
   assert png[:8] == b'\x89PNG\r\n\x1a\n'
   tok = tokenizer_lib.CharTokenizer()
   paths.save_tokenizer(tok, paths.join(workdir, 'tokenizer'))
-  if remote:
-    local = tmp_path / 'tok'
-    local.mkdir()
-    for f in epath.Path(paths.join(workdir, 'tokenizer')).iterdir():
-      (local / f.name).write_bytes(f.read_bytes())
-    loaded = tokenizer_lib.load_saved_tokenizer(str(local))
-  else:
-    loaded = tokenizer_lib.load_saved_tokenizer(paths.join(workdir, 'tokenizer'))
+  with paths.local_copy(paths.join(workdir, 'tokenizer')) as local:
+    assert not paths.is_remote(local) and (local == paths.join(workdir, 'tokenizer')) != remote
+    loaded = tokenizer_lib.load_saved_tokenizer(local)
   assert loaded.encode('12+3=') == tok.encode('12+3=')
+  assert not os.path.exists(local) or not remote  # the download is removed on exit
 
+
+
+def test_local_copy_brings_a_remote_tree_down_and_removes_it(tmp_path, fake_gcs):
+  src = tmp_path / 'src'
+  (src / 'sub').mkdir(parents=True)
+  (src / 'a.json').write_text('{"a": 1}')
+  (src / 'sub' / 'b.bin').write_bytes(b'\x00\x01')
+  remote = paths.join(fake_gcs, 'tokenizer')
+  paths.copy_tree(str(src), remote)
+  with paths.local_copy(remote) as local:
+    files = sorted(os.path.relpath(os.path.join(root, f), local)
+                   for root, _, names in os.walk(local) for f in names)
+    assert files == ['a.json', os.path.join('sub', 'b.bin')]
+    assert open(os.path.join(local, 'sub', 'b.bin'), 'rb').read() == b'\x00\x01'
+  assert not os.path.exists(local)
+  with paths.local_copy(paths.join(fake_gcs, 'absent')) as local:
+    assert os.listdir(local) == []  # a run without a saved tokenizer: nothing to copy
+  with paths.local_copy(str(src)) as local:
+    assert local == str(src)  # a local folder is used in place
