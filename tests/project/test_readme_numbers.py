@@ -267,8 +267,8 @@ def test_real_regime_verdict_waits_for_every_preregistered_seed():
   assert_quotes(head, [
       f"DAPO's final accuracy ({100 * block['arms']['dapo']['final_accuracy']['mean']:.1f}%)",
       _ratio_text(ours), 'saves compute' if saves else 'does not save compute',
-      h2h['verdict'],
-      f"({pts(diff['point'])} points [{pts(diff['ci95'][0])}, {pts(diff['ci95'][1])}])"],
+      h2h['verdict'], _ratio_text(h2h['flops_ratio_at_dapo_final']),
+      f"{pts(diff['point'])} points [{pts(diff['ci95'][0])}, {pts(diff['ci95'][1])}]"],
       settings=settings)
   assert 'no verdict yet' not in paragraph(head)
 
