@@ -10,6 +10,7 @@ unrounded results. Every other number keeps its full precision."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any
 
@@ -52,6 +53,10 @@ def plot_regime(name: str, block: dict[str, Any], path: str) -> None:
   plt.close(fig)
 
 
+# Below this many seeds in an arm, the report says its bootstrap intervals are coarse: n
+# seeds give at most C(2n-1, n) distinct resamples (3: 10, 5: 126), and a percentile
+# interval from so few undercovers.
+FEW_SEEDS = 5
 _REF = {'grpo': 'GRPO', 'dapo': 'DAPO'}  # analysis.REFERENCES, as the report names them
 
 
@@ -153,6 +158,13 @@ def render(results: dict[str, Any]) -> str:
     elif planned and min(n_seeds.values()) < planned:
       lines += [f'**Partial:** arms with fewer than the {planned} planned seeds: '
                 + ', '.join(f'{a} ({n})' for a, n in n_seeds.items() if n < planned) + '.', '']
+    finished = [n for n in n_seeds.values() if n > 0]
+    if finished and min(finished) < FEW_SEEDS:
+      few = min(finished)
+      lines += [f'**Few seeds:** an arm with {few} seeds has at most {math.comb(2 * few - 1, few)} '
+                'distinct bootstrap resamples, so its percentile intervals are coarse and tend '
+                'to be too narrow (they undercover at this size): read verdicts on these seeds '
+                'as leads, not settled results.', '']
     reference = _REF[block.get('reference', 'grpo')]
     if reference != 'GRPO':
       why = ('GRPO ran here as a reference only' if 'grpo' in block['arms']

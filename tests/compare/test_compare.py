@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -759,6 +760,8 @@ def test_an_explicit_reference_and_required_arms_decide_target_and_completeness(
                         'final_accuracy': None})
   assert "**The target is DAPO's mean final accuracy** (GRPO ran here as a reference only" in text
   assert 'Partial' not in text
+  # 3 seeds: C(5, 3) = 10 distinct resamples at most (seeds drawn with replacement, unordered)
+  assert '**Few seeds:** an arm with 3 seeds has at most 10 distinct bootstrap resamples' in text
 
 
 def test_regime_seeds_plan_seed_major_runs_and_a_partial_report(tmp_path):
@@ -799,3 +802,19 @@ def test_regime_seeds_plan_seed_major_runs_and_a_partial_report(tmp_path):
   assert 'Head-to-head, `sgpo_bayes_g24` vs `dapo_g4`' in md
   with pytest.raises(SystemExit):
     cli.main(['report', '--regimes', 'default', '--regime-seeds', 'nope=0-2'])
+
+
+def test_report_flags_arms_with_few_seeds_and_only_those(tmp_path):
+  """Below 5 seeds in an arm the report says its bootstrap intervals are coarse, with the
+  count of distinct resamples (4 seeds: C(7, 4) = 35); with 5 in every arm it says nothing."""
+  config = {'data': {'num_eval': 512, 'rl_pool_size': 1024, 'num_train': 2048}, 'model': {},
+            'warm_start': {'steps': 0}, 'eval': {'every_steps': 0},
+            'train': {'flops_budget': 100.0, 'rows_per_batch': 32}, 'grpo': {'group_size': 8}}
+  _fake_regime(tmp_path / 'r', {'grpo': 0.004, 'dapo': 0.005}, 5, config)
+
+  def render():
+    return report.render(analysis.analyse(str(tmp_path), ['r'], ['grpo', 'dapo'],
+                                          [0, 1, 2, 3, 4], 'cmd', 50))
+  assert 'Few seeds' not in render()
+  shutil.rmtree(tmp_path / 'r' / 'dapo_seed4')
+  assert '**Few seeds:** an arm with 4 seeds has at most 35 distinct' in render()
