@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 import uuid
 from typing import Any, Iterable
 
@@ -112,14 +111,16 @@ class MetricsWriter:
     self._tb = None
     if processes.is_writer():
       from tensorboardX import SummaryWriter  # deferred: heavy (it loads torch when present)
-      # purge_step: TensorBoard hides what a stopped run logged past the checkpoint this
-      # one resumes from (metrics.jsonl is cut there too), so resumed steps are not drawn
-      # twice; a fresh start hides every earlier event. The sub-second suffix keeps a writer
-      # started in the same second as the last from overwriting its file (tensorboardX
-      # opens it 'wb', named by the second) and sorts the files in the order written.
-      self._tb = SummaryWriter(paths.join(workdir, 'tensorboard'),
-                               purge_step=0 if resume_step is None else resume_step + 1,
-                               filename_suffix=f'.{time.time_ns() % 10**9:09d}')
+      # The events are rewritten from metrics.jsonl's rows, so TensorBoard shows exactly what
+      # it holds: earlier event files go (a fresh start's and a stopped run's steps past the
+      # checkpoint), and the kept rows are logged again. purge_step would only hide them from
+      # TensorBoard's Python loader; its default (Rust) loader ignores that marker.
+      tb_dir = paths.join(workdir, 'tensorboard')
+      for path in paths.glob(tb_dir, 'events.out.tfevents.*'):
+        paths.remove(path)
+      self._tb = SummaryWriter(tb_dir)
+      for row in self.rows:
+        self._log_tensorboard(row)
     self._wandb = None
     if processes.is_writer() and wandb_project:
       self._wandb = start_wandb(workdir, wandb_project, wandb_config, resume_step is not None)
@@ -130,11 +131,13 @@ class MetricsWriter:
     if not processes.is_writer():
       return
     paths.append_text(self.path, json.dumps(row) + '\n')
-    step, values = int(row['step']), scalars(row)
-    for key, value in values.items():
-      self._tb.add_scalar(key, value, step)
+    self._log_tensorboard(row)
     if self._wandb is not None:
-      self._wandb.log(values, step=step)
+      self._wandb.log(scalars(row), step=int(row['step']))
+
+  def _log_tensorboard(self, row: dict) -> None:
+    for key, value in scalars(row).items():
+      self._tb.add_scalar(key, value, int(row['step']))
 
   def close(self) -> None:
     if processes.is_writer():

@@ -14,6 +14,7 @@ Object stores have no append and no atomic rename: `append_text` rewrites the ob
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import importlib.util
 import os
 import shutil
@@ -90,6 +91,18 @@ def exists(path: str) -> bool:
 
 def remove(path: str) -> None:
   epath.Path(path).unlink()
+
+
+def glob(directory: str, pattern: str) -> list[str]:
+  """The paths in `directory` (not below it) matching `pattern` ('*' wildcards), sorted;
+  [] when the folder does not exist."""
+  folder = epath.Path(directory)
+  if not folder.exists():
+    return []
+  # Names matched here and joined to `directory` as given: object-store backends differ in
+  # how they spell the paths their own glob returns.
+  return sorted(join(directory, p.name) for p in folder.iterdir()
+                if fnmatch.fnmatchcase(p.name, pattern))
 
 
 def open_file(path: str, mode: str = 'r'):

@@ -1,6 +1,6 @@
-"""outputs/metrics.py's TensorBoard mirror: what TensorBoard shows of a run that stopped and
-resumed is exactly its metrics.jsonl (the event files are read back record by record, and
-TensorBoard's purge rule is applied as its reader does)."""
+"""outputs/metrics.py's TensorBoard mirror: the event files of a run that stopped and resumed,
+or started afresh in a used workdir, hold exactly its metrics.jsonl, read back record by record
+with no purge rule applied (TensorBoard's default loader applies none)."""
 
 from __future__ import annotations
 
@@ -26,17 +26,10 @@ def read_events(path: str) -> list[event_pb2.Event]:
 
 
 def tensorboard_view(logdir: str) -> list[tuple[int, str, float]]:
-  """The scalars TensorBoard shows: files in name order (as its directory loader reads
-  them); a SessionLog START at step s hides every event read before it with step >= s
-  (EventAccumulator's orphaned-data purge)."""
-  shown: list[tuple[int, str, float]] = []
-  for path in sorted(glob.glob(os.path.join(logdir, 'events.out.tfevents.*'))):
-    for event in read_events(path):
-      if event.HasField('session_log') and event.session_log.status == event.session_log.START:
-        shown = [s for s in shown if s[0] < event.step]
-      for value in event.summary.value:
-        shown.append((event.step, value.tag, round(value.simple_value, 6)))
-  return sorted(shown)
+  """Every scalar of every event file in the folder, as (step, tag, value), sorted."""
+  return sorted((event.step, value.tag, round(value.simple_value, 6))
+                for path in glob.glob(os.path.join(logdir, 'events.out.tfevents.*'))
+                for event in read_events(path) for value in event.summary.value)
 
 
 def jsonl_view(workdir: str) -> list[tuple[int, str, float]]:
@@ -53,14 +46,16 @@ def write(workdir, rows, resume_step=None):
   writer.close()
 
 
-def test_tensorboard_shows_a_resumed_run_once_and_a_fresh_start_alone(tmp_path):
+def test_tensorboard_events_are_metrics_jsonl_after_resume_and_fresh_start(tmp_path):
   workdir = str(tmp_path)
   logdir = os.path.join(workdir, 'tensorboard')
-  write(workdir, [{'step': s, 'loss': 1.0 + s} for s in range(4)])
-  # Stopped after step 3, resumed from the checkpoint of step 1 (same second: no overwrite).
+  write(workdir, [{'step': s, 'loss': 1.0 + s, 'skipped_step': 1} for s in range(4)])
+  # Stopped after step 3, resumed from the checkpoint of step 1: steps 2-3 are redone (here
+  # with other values and without `skipped_step`, so stale points would show).
   write(workdir, [{'step': s, 'loss': 0.5 + s} for s in (2, 3)], resume_step=1)
-  assert len(glob.glob(os.path.join(logdir, 'events.out.tfevents.*'))) == 2
+  assert len(glob.glob(os.path.join(logdir, 'events.out.tfevents.*'))) == 1
   assert tensorboard_view(logdir) == jsonl_view(workdir) == [
-      (0, 'loss', 1.0), (1, 'loss', 2.0), (2, 'loss', 2.5), (3, 'loss', 3.5)]
+      (0, 'loss', 1.0), (0, 'skipped_step', 1.0), (1, 'loss', 2.0), (1, 'skipped_step', 1.0),
+      (2, 'loss', 2.5), (3, 'loss', 3.5)]
   write(workdir, [{'step': 0, 'eval_accuracy': 0.25}])  # a fresh start in the same workdir
   assert tensorboard_view(logdir) == jsonl_view(workdir) == [(0, 'eval_accuracy', 0.25)]
