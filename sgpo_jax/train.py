@@ -543,7 +543,9 @@ def eval_and_stop(su: Setup, rs: RunState, row: dict) -> None:
       row.update(rs.last_eval)
 
 
-def maybe_checkpoint(su: Setup, rs: RunState) -> None:
+def maybe_checkpoint(su: Setup, rs: RunState, replace: bool = False) -> None:
+  """Saves the step when the schedule or a stop says so (replace: over the step's own
+  checkpoint, when the loop learns something after saving it)."""
   config, step = su.config, rs.step
   if (step % config.checkpoint.every_steps == 0 or step == config.train.num_steps
       or rs.stop_reason):
@@ -551,21 +553,21 @@ def maybe_checkpoint(su: Setup, rs: RunState) -> None:
                    flops=su.ledger.state_dict(), last_eval=rs.last_eval,
                    stop_reason=rs.stop_reason, wall_seconds=rs.wall_seconds())
     coverage_lib.to_meta(rs.meta, rs.sampled_Q, rs.trained_Q)
-    rs.ckpt.save(step, rs.train_state, metrics_lib.to_jsonable(rs.meta))
+    rs.ckpt.save(step, rs.train_state, metrics_lib.to_jsonable(rs.meta), replace=replace)
 
 
 def finish_exhausted(su: Setup, rs: RunState) -> None:
   """The allocator has no batch left (sgpo with every phase empty, a plug-in that serves
   its pool once): the run ends at its last step. That step's parameters are evaluated,
   unless the step already was, so summary.json's final accuracy is the final policy's; and
-  checkpointed with the stop reason, so a resume neither profiles nor trains again."""
+  checkpointed with the stop reason (over the step's scheduled checkpoint, which lacks it and
+  that eval), so a resume neither profiles nor trains nor asks the allocator again."""
   rs.stop_reason = 'allocator exhausted'
   last = rs.writer.rows[-1] if rs.writer.rows else {}
   if not (last.get('step') == rs.step and 'eval_accuracy' in last):
     rs.last_eval = run_eval(su, rs.train_state['params'], rs.step)
     rs.writer.write({'step': rs.step, 'flops_total': su.ledger.total, **rs.last_eval})
-  if rs.step not in rs.ckpt.all_steps():  # else that step's checkpoint already holds it
-    maybe_checkpoint(su, rs)
+  maybe_checkpoint(su, rs, replace=True)
   logging.info('allocator exhausted after step %d: the run ends there', rs.step)
 
 

@@ -438,38 +438,46 @@ def test_rollout_fn_marks_the_valid_rows_queries_of_every_category(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('serves', [3, 2])
-def test_exhausted_allocator_ends_evaluated_and_checkpointed(tmp_path, monkeypatch, serves):
+@pytest.mark.parametrize('serves,eval_every', [(3, 2), (2, 2), (2, 3)])
+def test_exhausted_allocator_ends_evaluated_and_checkpointed(tmp_path, monkeypatch, serves,
+                                                             eval_every):
   """An allocator that runs out of batches (fill_batch -> None) ends the run at its last
-  step: that step's parameters are evaluated (3: not on the eval schedule; 2: already
-  evaluated, not twice), checkpointed with the stop reason (2: the step's own checkpoint,
-  not saved again), and a resume returns the same summary without a further step."""
-  served = {'n': 0}
+  step: that step's parameters are evaluated unless they already were ((3, 2): step 3 is off
+  the schedule; (2, 2): on it, not evaluated twice; (2, 3): step 2 is checkpointed on
+  schedule but not evaluated), and checkpointed with the stop reason (over the scheduled
+  checkpoint of step 2), so a resume returns the same summary without asking for a batch."""
+  calls = {'fill': 0, 'served': 0}
   fill = allocators_lib.GRPOAllocator.fill_batch
 
   def fill_then_run_out(self, rollout_fn):
-    if served['n'] >= serves:
+    calls['fill'] += 1
+    if calls['served'] >= serves:
       return None
-    served['n'] += 1
+    calls['served'] += 1
     return fill(self, rollout_fn)
 
   monkeypatch.setattr(allocators_lib.GRPOAllocator, 'fill_batch', fill_then_run_out)
   monkeypatch.setattr(tasks, 'get_reward_fn', coin_flip_reward)  # steps that train
-  config = tiny_run_config('grpo', num_steps=6)  # eval and checkpoint every 2 steps
-  config.grpo.group_size = 4
+  config = tiny_run_config('grpo', num_steps=6)  # checkpoint every 2 steps
+  config.grpo.group_size, config.eval.every_steps = 4, eval_every
   workdir = str(tmp_path / 'run')
   summary = train.run(config, workdir, show_progress=False)
   assert summary['steps'] == serves and summary['stop_reason'] == 'allocator exhausted'
+  assert calls['fill'] == serves + 1
   rows = read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
   evals = [r for r in rows if 'eval_accuracy' in r]
-  assert [r['step'] for r in evals] == [0, 2, 3][:serves]
+  assert [r['step'] for r in evals] == [s for s in range(serves + 1)
+                                        if s % eval_every == 0 or s == serves]
   assert summary['eval_accuracy_final'] == evals[-1]['eval_accuracy']
   assert evals[-1]['flops_total'] == summary['flops']['total']
-  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'), 3, False)
-  assert ckpt.all_steps()[-1] == serves
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
+  _, meta = ckpt.restore(ckpt.all_steps()[-1], None)
   ckpt.close()
+  assert meta['step'] == serves and meta['stop_reason'] == 'allocator exhausted'
+  assert 'eval_accuracy' in meta['last_eval']  # the last step's eval, as its row logged it
+  assert {k: evals[-1][k] for k in meta['last_eval']} == meta['last_eval']
   resumed = train.run(config, workdir, show_progress=False)
-  assert served['n'] == serves  # the resume trained nothing
+  assert calls['fill'] == serves + 1  # the resume asked for no batch
   process_local = ('wall_seconds', 'compiles')
   assert {k: v for k, v in resumed.items() if k not in process_local} == {
       k: v for k, v in summary.items() if k not in process_local}

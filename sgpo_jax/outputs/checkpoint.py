@@ -147,8 +147,13 @@ class Checkpointer:
   def all_steps(self) -> list[int]:
     return sorted(self.manager.all_steps())
 
-  def save(self, step: int, state: Any, meta: dict) -> None:
-    """Saves `state` with `meta` (plus its checksum); a full disk raises DiskFullError."""
+  def save(self, step: int, state: Any, meta: dict, replace: bool = False) -> None:
+    """Saves `state` with `meta` (plus its checksum); a full disk raises DiskFullError.
+    replace=True: a checkpoint already at `step` is deleted first (orbax never overwrites a
+    step); until the new one is committed, a resume takes the one before it."""
+    if replace and step in self.manager.all_steps():
+      self.manager.wait_until_finished()
+      self.manager.delete(step)
     meta = {**meta, CHECKSUM_KEY: state_checksum(state)}
     with self._disk_full_as_error(exclude=step):
       self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
