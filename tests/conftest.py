@@ -10,11 +10,14 @@ import functools
 import zlib
 
 import flax.linen as nn
+import fsspec
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
+from etils import epath
+from fsspec.implementations.memory import MemoryFileSystem
 
 from sgpo_jax.model import transformer as model_lib
 from sgpo_jax.parallel import sharding as sharding_lib
@@ -129,3 +132,48 @@ def smollm2_dir() -> str:
     return fetch.ensure(SMOLLM2, log=lambda *a: None)
   except ConnectionError as e:
     skip_unreachable(e)
+
+
+class _FakeGCS(MemoryFileSystem):
+  protocol = ('gs', 'gcs')
+  root_marker = ''
+
+  def __init__(self, *args, finalize_on_close=False, **kwargs):
+    super().__init__(*args, **kwargs)
+
+
+class _EpathRecordWriter:
+  """tensorboardX's record writer protocol (write / flush / close) over epath."""
+
+  def __init__(self, path):
+    self.path, self.data = epath.Path(path), b''
+
+  def write(self, value):
+    self.data += value
+
+  def flush(self):
+    self.path.write_bytes(self.data)
+
+  def close(self):
+    self.flush()
+
+
+class _EpathWriterFactory:
+  def open(self, path):
+    return _EpathRecordWriter(path)
+
+  def directory_check(self, path):
+    pass
+
+
+@pytest.fixture
+def fake_gcs(monkeypatch):
+  """A gs:// store in memory (fsspec, which etils.epath uses; tensorboardX writes through
+  epath): yields a workdir URL on it, emptied before and after."""
+  for name in ('gs', 'gcs'):
+    fsspec.register_implementation(name, _FakeGCS, clobber=True)
+  from tensorboardX import record_writer
+  monkeypatch.setitem(record_writer.REGISTERED_FACTORIES, 'gs', _EpathWriterFactory())
+  MemoryFileSystem.store.clear()
+  yield 'gs://bucket/runs/r1'
+  MemoryFileSystem.store.clear()

@@ -129,3 +129,22 @@ def test_cli_names_a_folder_that_is_not_a_run(tmp_path, capsys):
   assert export.main(['--workdir', str(tmp_path), '--out', str(tmp_path / 'hf')]) == 2
   err = capsys.readouterr().err
   assert err.startswith('error: ') and 'has no config.json' in err and err.count('\n') == 1
+
+
+def test_export_of_a_gs_workdir_keeps_its_tokenizer(tiny, tmp_path, fake_gcs, monkeypatch):
+  """A run on gs:// (config.json and tokenizer/ in the object store): the exported folder has
+  the tokenizer and the chat's special-token ids, read through a local download."""
+  from sgpo_jax.outputs import paths
+  hf_dir, cfg, params = tiny
+  local_run, out = str(tmp_path / 'run'), str(tmp_path / 'hf')
+  fake_run(local_run, hf_dir, {})
+  paths.copy_tree(local_run, fake_gcs)  # no checkpoints/ to copy: orbax's arrays skip fsspec
+  monkeypatch.setattr(export, 'load_policy', lambda workdir, step, checked: (
+      _host(params), checked, 3) if workdir == fake_gcs else pytest.fail(workdir))
+  files = export.export_run(fake_gcs, out)
+  assert os.path.join(out, 'tokenizer_config.json') in files
+  from transformers import AutoTokenizer
+  eos = AutoTokenizer.from_pretrained(hf_dir).convert_tokens_to_ids('<|im_end|>')
+  with open(os.path.join(out, 'generation_config.json')) as f:
+    assert json.load(f)['eos_token_id'] == eos
+  assert AutoTokenizer.from_pretrained(out).chat_template

@@ -9,11 +9,9 @@ import json
 import os
 import sys
 
-import fsspec
 import numpy as np
 import pytest
 from etils import epath
-from fsspec.implementations.memory import MemoryFileSystem
 
 from sgpo_jax import train
 from sgpo_jax.config import defaults
@@ -21,49 +19,6 @@ from sgpo_jax.data import tokenizer as tokenizer_lib
 from sgpo_jax.outputs import metrics as metrics_lib
 from sgpo_jax.outputs import paths
 from sgpo_jax.outputs import report as report_lib
-
-
-class _FakeGCS(MemoryFileSystem):
-  protocol = ('gs', 'gcs')
-  root_marker = ''
-
-  def __init__(self, *args, finalize_on_close=False, **kwargs):
-    super().__init__(*args, **kwargs)
-
-
-class _EpathRecordWriter:
-  """tensorboardX's record writer protocol (write / flush / close) over epath."""
-
-  def __init__(self, path):
-    self.path, self.data = epath.Path(path), b''
-
-  def write(self, value):
-    self.data += value
-
-  def flush(self):
-    self.path.write_bytes(self.data)
-
-  def close(self):
-    self.flush()
-
-
-class _EpathWriterFactory:
-  def open(self, path):
-    return _EpathRecordWriter(path)
-
-  def directory_check(self, path):
-    pass
-
-
-@pytest.fixture
-def fake_gcs(monkeypatch):
-  for name in ('gs', 'gcs'):
-    fsspec.register_implementation(name, _FakeGCS, clobber=True)
-  from tensorboardX import record_writer
-  monkeypatch.setitem(record_writer.REGISTERED_FACTORIES, 'gs', _EpathWriterFactory())
-  MemoryFileSystem.store.clear()
-  yield 'gs://bucket/runs/r1'
-  MemoryFileSystem.store.clear()
 
 
 def test_scheme_join_absolute():
