@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from absl import logging
 
 from sgpo_jax.tasks.math_answer import (
   MAX_ANSWER_CHARS,
@@ -39,7 +40,7 @@ from sgpo_jax.tasks.math_answer import (
   prepare_gold,
   screen_answer,
 )
-from sgpo_jax.tasks.math_worker import WorkerProcess, check_pair
+from sgpo_jax.tasks.math_worker import SoftTimeoutCounter, WorkerProcess, check_pair
 
 __all__ = ['MathVerifier', 'extract_answer', 'fast_verdict', 'normalize_answer',
            'prepare_gold', 'screen_answer']
@@ -60,7 +61,11 @@ class MathVerifier:
       number) or 'none' (no marker, reward 0).
     use_fast_path: decide plain-number pairs without math-verify.
     screen: refuse risky answers before parsing (turn off only to test the hard bound).
-  `stats` counts items by path: fast, cached, pool, screened, no_answer, timeouts, restarts.
+  `stats` counts items by path: fast, cached, pool, screened, no_answer, timeouts (the
+  watchdog killed a worker), restarts, soft_timeouts (a math-verify soft timeout fired during
+  a check, whose verdict then came from a fallback (an empty parse or False): one that
+  depended on machine load; never expected for an answer the screen admits, and logged as a
+  warning when it happens).
   """
 
   def __init__(self, num_workers: int | None = None, item_timeout_s: float = 20.0,
@@ -87,7 +92,8 @@ class MathVerifier:
     self.use_fast_path = use_fast_path
     self.screen = screen
     self.stats: dict[str, int] = dict.fromkeys(
-        ('fast', 'cached', 'pool', 'screened', 'no_answer', 'timeouts', 'restarts'), 0)
+        ('fast', 'cached', 'pool', 'screened', 'no_answer', 'timeouts', 'restarts',
+         'soft_timeouts'), 0)
     self._workers: list[WorkerProcess | None] = [None] * num_workers
     self._gold_cache: dict = {}  # num_workers=0 only
     self._lock = threading.Lock()
@@ -135,7 +141,12 @@ class MathVerifier:
       pairs = list(pending)
       self.stats['pool'] += len(pairs)
       with self._lock:
+        soft_before = self.stats['soft_timeouts']
         verdicts = self._check_pairs(pairs)
+        if self.stats['soft_timeouts'] > soft_before:
+          logging.warning('math-verify soft timeouts in %d of %d checks: their verdicts came '
+                          'from its fallback (empty parse / False) and depend on machine load',
+                          self.stats['soft_timeouts'] - soft_before, len(pairs))
       for pair, verdict in zip(pairs, verdicts):
         rewards_N[pending[pair]] = float(verdict)
     return rewards_N
@@ -165,12 +176,15 @@ class MathVerifier:
     if self.num_workers == 0:
       in_main = threading.current_thread() is threading.main_thread()
       parse_t, verify_t = (self.parse_timeout_s, self.verify_timeout_s) if in_main else (None,) * 2
+      counter = SoftTimeoutCounter.install()
       results = []
       for gold, answer in pairs:
+        before = counter.count
         try:
           results.append(check_pair(gold, answer, self._gold_cache, parse_t, verify_t))
         except Exception:  # noqa: BLE001
           results.append(False)
+        self.stats['soft_timeouts'] += int(counter.count > before)
       return results
 
     verdicts = [False] * len(pairs)
@@ -202,7 +216,8 @@ class MathVerifier:
           if line == 'ready':
             worker.ready = True
           else:
-            index, verdict = line.split()
+            index, verdict, soft = line.split()
+            self.stats['soft_timeouts'] += int(soft == '1')
             queue = queues[w]
             while queue and queue[0][0] != int(index):  # Defensive: never expected.
               queue.popleft()

@@ -2,8 +2,10 @@
 
 A worker is `python -c 'worker_main(parse_timeout, verify_timeout)'` in its own session
 (so the whole process group can be killed). Protocol: the parent writes one JSON line per
-batch, `[[index, gold, answer], ...]`; the worker answers one line `index verdict` (0/1) per
-item, in order, after a single `ready` line once math-verify is imported and warm. Stray
+batch, `[[index, gold, answer], ...]`; the worker answers one line `index verdict soft` per
+item, in order (verdict 0/1; soft 1 when one of math-verify's soft timeouts fired during the
+check, so its verdict depended on the time bound), after a single `ready` line once
+math-verify is imported and warm. Stray
 library prints go to stderr so they cannot corrupt the protocol stream. `check_pair` is the
 check itself (also used in-process by `MathVerifier(num_workers=0)`).
 
@@ -34,8 +36,45 @@ RATIONAL_GOLD_FLOAT_ROUNDING = 15
 DEFAULT_FLOAT_ROUNDING = 6
 
 
+class SoftTimeoutCounter(logging.Handler):
+  """Counts math-verify's soft timeouts and drops every other record of its loggers.
+
+  math-verify catches its own `TimeoutException` and returns an empty parse or False, the
+  same value as an unparseable or wrong answer; its only trace is a warning 'Timeout during
+  parsing' / 'Timeout during comparison' (math_verify.parser, math_verify.grader; pinned in
+  requirements.txt, the message checked by tests/tasks/test_math_verify.py). Installed on the
+  'math_verify' logger; in a worker (`silence=True`) that logger then neither prints nor
+  propagates, so no library record reaches the protocol stream's neighbour, stderr.
+  """
+
+  def __init__(self):
+    super().__init__(logging.WARNING)
+    self.count = 0
+
+  def emit(self, record: logging.LogRecord) -> None:
+    if str(record.msg).startswith('Timeout during'):
+      self.count += 1
+
+  @classmethod
+  def install(cls, silence: bool = False) -> SoftTimeoutCounter:
+    """The counter on the 'math_verify' logger (the same one on a second call)."""
+    logger = logging.getLogger('math_verify')
+    if silence:
+      logger.propagate = False
+    if not logger.isEnabledFor(logging.WARNING):
+      logger.setLevel(logging.WARNING)  # the counter must see the timeout warnings
+    for handler in logger.handlers:
+      if isinstance(handler, cls):
+        return handler
+    handler = cls()
+    logger.addHandler(handler)
+    return handler
+
+
 def check_pair(gold: str, answer: str, gold_cache: dict, parse_timeout: int | None,
                 verify_timeout: int | None) -> bool:
+  """Whether answer equals gold. A soft timeout reads as False here: callers that must tell
+  it apart read `SoftTimeoutCounter.install().count` before and after."""
   import math_verify  # deferred: heavy (sympy); only the worker processes load it
 
   exact = fast_verdict(gold, answer)  # two plain numbers: exact, whichever path sent them
@@ -69,8 +108,8 @@ def worker_main(parse_timeout: int, verify_timeout: int) -> None:
   """Worker loop: reads JSON batches on stdin, writes 'index verdict' lines, one per item."""
   protocol_out = os.fdopen(os.dup(1), 'w', buffering=1)
   os.dup2(2, 1)  # Stray prints from libraries must not corrupt the protocol stream.
-  for name in ('math_verify', 'latex2sympy2_extended'):
-    logging.getLogger(name).setLevel(logging.CRITICAL)
+  logging.getLogger('latex2sympy2_extended').setLevel(logging.CRITICAL)
+  soft_timeouts = SoftTimeoutCounter.install(silence=True)
   # deferred: heavy (sympy); loaded here, once its loggers are quiet, before 'ready'
   import math_verify  # noqa: F401
 
@@ -79,11 +118,12 @@ def worker_main(parse_timeout: int, verify_timeout: int) -> None:
   protocol_out.write('ready\n')
   for line in sys.stdin:
     for index, gold, answer in json.loads(line):
+      before = soft_timeouts.count
       try:
         verdict = check_pair(gold, answer, gold_cache, parse_timeout, verify_timeout)
       except Exception:  # noqa: BLE001  a failed check is a wrong answer, never a crash
         verdict = False
-      protocol_out.write(f'{index} {int(verdict)}\n')
+      protocol_out.write(f'{index} {int(verdict)} {int(soft_timeouts.count > before)}\n')
 
 
 class WorkerProcess:

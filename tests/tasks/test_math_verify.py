@@ -273,6 +273,20 @@ def test_hard_timeout_kills_and_recovers():
   assert elapsed < 30  # 1.5 s watchdog + a worker restart on a loaded 2-core machine
 
 
+@pytest.mark.parametrize('num_workers', [0, 1])
+def test_a_soft_timeout_is_counted_apart_from_a_wrong_answer(num_workers):
+  # Unscreened, \binom{999999}{499999} takes math-verify's parse well past 1 s (the full 5 s
+  # default, math_answer.py): its 1 s soft timeout fires and the check falls back to 0, the
+  # value of a wrong answer; only the counter tells them apart. In a worker and in process.
+  with MathVerifier(num_workers=num_workers, parse_timeout_s=1, verify_timeout_s=1,
+                    item_timeout_s=30.0, screen=False) as v:
+    rewards_N = v.score([r'\boxed{\binom{999999}{499999}}', r'\boxed{1+x}', r'\boxed{x+2}'],
+                        ['42', 'x+1', 'x+1'])
+  np.testing.assert_array_equal(rewards_N, [0, 1, 0])
+  assert v.stats['soft_timeouts'] == 1  # the binomial; the wrong x+2 is not one
+  assert v.stats['timeouts'] == 0 and v.stats['pool'] == 3
+
+
 def test_rejects_fractional_soft_timeouts():
   with pytest.raises(ValueError, match='whole seconds'):
     MathVerifier(parse_timeout_s=0.5)
@@ -291,6 +305,7 @@ def test_adversarial_inputs_are_fast_and_zero(verifier, completion):
   assert rewards_N.tolist() == [0.0]
   assert verifier.stats['timeouts'] == before['timeouts']
   assert verifier.stats['restarts'] == before['restarts']
+  assert verifier.stats['soft_timeouts'] == before['soft_timeouts']
 
 
 _references = st.sampled_from(['1', '42', '0.5', r'\frac{1}{2}', r'\sqrt{2}', 'x+1', r'50\%'])
@@ -353,6 +368,7 @@ def test_verdicts_do_not_depend_on_machine_load():
         pairs = HARD_PAIRS + WORST_ADMITTED
         runs.append(v.score([c for c, _, _ in pairs], [g for _, g, _ in pairs]).tolist())
         assert v.stats['timeouts'] == 0 and v.stats['screened'] == 4
+        assert v.stats['soft_timeouts'] == 0  # no verdict came from a time bound
   finally:
     for proc in busy:
       proc.kill()
@@ -361,8 +377,8 @@ def test_verdicts_do_not_depend_on_machine_load():
 
 
 # The costliest answers of the kinds issue 44 added to the screen that it still admits (near
-# MAX_INTEGER_DIGITS = 1000 digits), each against an equivalent gold (verdict 1, so a soft
-# timeout, which scores 0 silently, would show).
+# MAX_INTEGER_DIGITS = 1000 digits), each against an equivalent gold (verdict 1: a soft
+# timeout would score it 0, and stats['soft_timeouts'] counts one in any case).
 WORST_ADMITTED = [
     (r'\boxed{9999^{124}\sqrt{9999}}', r'\sqrt{9999^{249}}', 1),  # ~1000 digits under a root
     (r'\boxed{\sqrt{9999^{249}}}', r'9999^{124}\sqrt{9999}', 1),
@@ -400,6 +416,7 @@ def test_verdicts_agree_across_worker_counts_with_shortened_timeouts():
                       item_timeout_s=4.0) as v:
       runs.append(v.score(completions, references).tolist())
       assert v.stats['timeouts'] == 0 and v.stats['restarts'] == 0
+      assert v.stats['soft_timeouts'] == 0
   wrong = [(c, r, e, g) for c, r, e, g in zip(completions, references, expected, runs[0])
            if g != e]
   assert not wrong
