@@ -4,7 +4,8 @@
 # with its pre-registered seeds (PREREGISTERED.md):
 #   bash studies/allocator_comparison/select/report.sh [RUNS]
 # RUNS: the sweep's runs folder. Without it, the runs are restored from archive.tar.xz beside
-# this file into a temporary folder, removed at the end.
+# this file into a temporary folder, removed at the end. The real-model regime's runs belong to
+# ../real/'s sweep: report_real.sh writes real/ here from ../real/archive.tar.xz, last.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/../archive.sh"
@@ -24,3 +25,4 @@ for regime in paper_like default small_pool; do
 done
 # The report's plots as palette PNGs (a third of the bytes; studies/compact_png.py says why).
 python -m studies.compact_png "$HERE"/plots/*.png
+bash "$HERE/report_real.sh"
