@@ -35,7 +35,6 @@ from typing import Any
 import jax
 import numpy as np
 from absl import logging
-from tqdm.auto import tqdm
 
 from sgpo_jax import allocators as allocators_lib
 from sgpo_jax import errors, tasks
@@ -61,6 +60,7 @@ from sgpo_jax.outputs import environment
 from sgpo_jax.outputs import lock as lock_lib
 from sgpo_jax.outputs import metrics as metrics_lib
 from sgpo_jax.outputs import paths as paths_lib
+from sgpo_jax.outputs import progress as progress_lib
 from sgpo_jax.outputs import report as report_lib
 from sgpo_jax.parallel import processes
 from sgpo_jax.parallel import sharding as sharding_lib
@@ -665,8 +665,9 @@ def _run_locked(config, workdir, stop_after, show_progress, after_step,
     rs.ckpt.close()
     return {'profile': None if rs.allocation is None else rs.allocation.summary()}
   start_loop(su, rs)
-  bar = tqdm(total=config.train.num_steps, initial=rs.step, desc=f'RL ({config.method})',
-             disable=not show_progress)
+  bar = progress_lib.RunProgress(config.train.num_steps, config.train.flops_budget, rs.step,
+                                 su.ledger.total, f'RL ({config.method})',
+                                 disable=not show_progress)
   # Closed on any exit (SIGTERM, a full disk): the bar ends its line before the one-line
   # error main prints, which would otherwise land on the bar's unfinished line.
   with bar:
@@ -679,9 +680,8 @@ def _run_locked(config, workdir, stop_after, show_progress, after_step,
       rs.writer.write(row)
       if after_step is not None:
         after_step(rs.step)
-      bar.update(1)
-      bar.set_postfix(reward=f"{row['reward_mean']:.2f}",
-                      acc=f"{rs.last_eval['eval_accuracy']:.3f}",
-                      tok_s=f"{row['tokens_per_second']:.0f}")
+      bar.advance(rs.step, su.ledger.total, reward=f"{row['reward_mean']:.2f}",
+                  acc=f"{rs.last_eval['eval_accuracy']:.3f}",
+                  tok_s=f"{row['tokens_per_second']:.0f}")
       maybe_checkpoint(su, rs)
   return finalize(su, rs)

@@ -1,1 +1,1 @@
-"""What a run writes: metrics and TensorBoard (`metrics.py`), the report (`report.py`), checkpoints (`checkpoint.py`) the environment record (`environment.py`), and local or gs:// paths for all of them (`paths.py`)."""
+"""What a run writes: metrics and TensorBoard (`metrics.py`), the report (`report.py`), checkpoints (`checkpoint.py`), the environment record (`environment.py`), the progress bar (`progress.py`), and local or gs:// paths for all of them (`paths.py`)."""
