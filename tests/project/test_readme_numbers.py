@@ -418,7 +418,23 @@ def test_select_verdict_is_the_select_study_file():
       f"{100 * go['dapo_g4']['filled_share']:.0f}%",
       f"{ratio['point']:.2f}x [{ratio['ci95'][0]:.2f}, {ratio['ci95'][1]:.2f}]",
       f"({pts(diff['point'])} points [{pts(diff['ci95'][0])}, {pts(diff['ci95'][1])}])",
-      'behind in small_pool'], settings=('G=4',))
+      'behind in small_pool', *_select_real_fragments()], settings=('G=4',))
+
+
+def _select_real_fragments() -> list[str]:
+  """What the README says of the rule on the real model: its pre-registered seeds, the
+  head-to-head verdict against DAPO at G=4 (select/real/compare.json, report_real.sh)."""
+  real = _json(HEADLINE.parent / 'select' / 'real' / 'compare.json')['regimes']['real']
+  assert real['complete'] and real['arms']['sgpo_select']['seeds'] == [200, 201, 202]
+  h2h = real['head_to_head']
+  assert (h2h['arm'], h2h['control']) == ('sgpo_select', 'dapo_g4')
+  diff = h2h['final_accuracy_diff']
+  pts = lambda x: f'{100 * x:+.2f}'  # noqa: E731
+  said = {'does not separate': 'it does not separate either', 'behind': 'it is behind',
+          'ahead': 'it is ahead'}[h2h['verdict']]
+  return [said, f"{len(real['arms']['sgpo_select']['seeds'])} seeds; "
+          f"{_ratio_text(h2h['flops_ratio_at_dapo_final'])}, {pts(diff['point'])} points "
+          f"[{pts(diff['ci95'][0])}, {pts(diff['ci95'][1])}]"]
 
 def test_tunix_speed_is_the_quiet_decode_file():
   run = _json(RESULTS / 'bench_tunix_decode_l4_quiet.json')

@@ -13,7 +13,9 @@ runs_or_archive "$HERE/../real/archive.tar.xz" "$@"
 OUT=$HERE/real
 mkdir -p "$OUT"
 cd "$HERE/../../.."
-ARMS=sgpo_select,sgpo_bayes_g24,dapo_g4,dapo,grpo
+# The arms in ../real/report.sh's order: one bootstrap replicate draws every arm's seeds in
+# turn (analysis.bootstrap_flops), so the same order gives the same intervals as that report.
+ARMS=sgpo_bayes_g24,dapo_g4,dapo,sgpo_select,grpo
 # The rule's target is DAPO's final accuracy (--no-grpo: GRPO runs are references only); the
 # regime is complete when the rule, its control and DAPO (the target) have all three seeds.
 python -m sgpo_jax.compare report --runs-dir "$RUNS" --regimes real --arms "$ARMS" \
