@@ -242,6 +242,37 @@ def step_table(per_arm_dirs: dict[str, list[str]], marks=STEP_MARKS) -> str:
   return '\n'.join(lines)
 
 
+def calibration_table(per_arm_dirs: dict[str, list[str]]) -> str:
+  """Markdown: for the arms whose allocator reports `calibration` (sgpo_select), per kind of
+  evidence, the groups rolled out (summed over seeds; their share of the arm's), the
+  informative share the posterior expected and the share that was; '' when no arm does."""
+  lines = []
+  for arm, dirs in per_arm_dirs.items():
+    blocks = [read_run(d)[0].get('allocator', {}).get('calibration') for d in dirs]
+    blocks = [b for b in blocks if b]
+    if not blocks:
+      continue
+    total = sum(v['groups'] for b in blocks for v in b.values())
+    for kind in blocks[0]:
+      n = sum(b[kind]['groups'] for b in blocks)
+      if not n:
+        continue
+      exp = sum(b[kind]['expected_informative_share'] * b[kind]['groups'] for b in blocks
+                if b[kind]['groups']) / n
+      got = sum(b[kind]['informative_share'] * b[kind]['groups'] for b in blocks
+                if b[kind]['groups']) / n
+      lines.append(f'| {arm} | {len(blocks)} | {kind} | {n} ({n / total:.1%}) | {exp:.1%} | '
+                   f'{got:.1%} |')
+  if not lines:
+    return ''
+  return ('\n\n## The posterior\'s calibration\n\nGroups rolled out by what their prompt\'s evidence '
+          'predates (unseen: never rolled out; trained_since: trained on since its last '
+          'rollout; untrained_since: neither), summed over seeds: the informative share the '
+          'posterior expected (its mean, as planned) against the share that was.\n\n'
+          '| arm | seeds | evidence | groups | expected informative | informative |\n'
+          '|---|---|---|---|---|---|\n' + '\n'.join(lines))
+
+
 def diagnose(runs_dir: str, regime: str, arms: list[str], seeds: str) -> str:
   """The Markdown table of the finished runs RUNS_DIR/<regime>/<arm>_seed<s>."""
   per_arm: dict[str, list[dict[str, Any]]] = {}
@@ -255,4 +286,5 @@ def diagnose(runs_dir: str, regime: str, arms: list[str], seeds: str) -> str:
           'budgeted FLOPs, eval left out).\n\n' + table(per_arm) + '\n\n'
           '## By optimizer step\n\nWhat a step costs and what it teaches: budgeted FLOPs per '
           'step, and held-out accuracy at fixed steps (linear between evals, which sit at '
-          'fractions of the budget; seed means).\n\n' + step_table(per_arm_dirs) + '\n')
+          'fractions of the budget; seed means).\n\n' + step_table(per_arm_dirs)
+          + calibration_table(per_arm_dirs) + '\n')

@@ -232,6 +232,63 @@ def test_a_checkpoint_without_weight_sq_resumes_with_undecayed_noise():
   np.testing.assert_allclose(b.state.weight_sq, a.state.succ + a.state.fail)
 
 
+def test_calibration_splits_groups_by_what_their_evidence_predates():
+  """The summary's calibration, against a tally kept here from the rollouts and batches
+  alone: a prompt never rolled out is 'unseen'; one trained on at or after its last rollout
+  step (a step's update follows its rollouts) is 'trained_since'; else 'untrained_since'."""
+  kinds = pool()
+  alloc = make(seed=5, explore_rows=4)
+  fn = fake_rollout(alloc, kinds, [])
+  last_roll, last_trained = {}, {}
+  tally = {k: [0, 0] for k in allocator_module.CALIBRATION_KINDS}  # groups, informative
+  step = 0
+
+  def recording(layout, round_index=None, category='rollout'):
+    out = fn(layout, round_index, category)
+    for gid in np.unique(layout.group_id_R[layout.valid_R]):
+      rows = layout.valid_R & (layout.group_id_R == gid)
+      q = int(layout.row_query_index_R[rows][0])
+      kind = ('unseen' if q not in last_roll else 'trained_since'
+              if last_trained.get(q, -1) >= last_roll[q] else 'untrained_since')
+      r = out.rewards_R[rows]
+      tally[kind][0] += 1
+      tally[kind][1] += int(r.max() > r.min())
+      last_roll[q] = step
+    return out
+  for step in range(25):
+    batch = alloc.fill_batch(recording)
+    for q in set(batch.layout.row_query_index_R[batch.layout.valid_R].tolist()):
+      last_trained[q] = step
+  s = alloc.summary()
+  got = {k: [v['groups'], round(v['informative_share'] * v['groups'])]
+         for k, v in s['calibration'].items()}
+  assert got == tally
+  assert all(n > 0 for n, _ in tally.values())  # every kind occurs in this pool
+  # The kinds partition the groups, and the expectation is the planned one, split.
+  assert sum(v['groups'] for v in s['calibration'].values()) == s['train_groups']
+  expected = sum(v['expected_informative_share'] * v['groups'] for v in s['calibration'].values())
+  assert expected / s['train_groups'] == pytest.approx(s['expected_informative_share'])
+  # The coin prompts train and come back mixed: the trained-since groups are the informative
+  # ones here; trivial and unsolved prompts never train, so never land in that kind.
+  assert s['calibration']['trained_since']['informative_share'] > 0.3
+  assert s['calibration']['untrained_since']['informative_share'] < 0.1
+
+
+def test_a_checkpoint_without_calibration_counts_resumes_counting_from_there():
+  kinds = pool()
+  a = make(seed=3)
+  run(a, kinds, 3)
+  saved = json.loads(json.dumps(a.state_dict()))
+  for key in ('calib_groups', 'calib_expected', 'calib_informative'):
+    del saved[key]  # written before they were kept
+  b = make(seed=3)
+  b.load_state_dict(saved)
+  assert b.summary()['calibration']['unseen'] == {
+      'groups': 0, 'expected_informative_share': None, 'informative_share': None}
+  run(b, kinds, 2)
+  assert sum(v['groups'] for v in b.summary()['calibration'].values()) > 0
+
+
 def test_resume_is_exact():
   kinds = pool()
   a = make(seed=3)

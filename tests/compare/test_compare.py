@@ -518,6 +518,35 @@ def test_accuracy_by_optimizer_step_on_hand_made_runs(tmp_path):
   assert table[2] == '| x | 2 | 1.5e+05 | 58.1 | 66.2 | 75.0 (1) |  |'
 
 
+def test_calibration_table_pools_the_seeds_by_their_group_counts(tmp_path):
+  """Shares weighted by each seed's groups (not a mean of per-seed shares); kinds without
+  a group left out; arms whose summary has no calibration (every arm but sgpo_select, and
+  runs from before it was kept) give no table."""
+  from sgpo_jax.compare import diagnostics as diagnostics_lib
+
+  def write(name, calibration):
+    path = tmp_path / name
+    os.makedirs(path)
+    (path / 'metrics.jsonl').write_text('')
+    (path / 'summary.json').write_text(json.dumps({'allocator': {'calibration': calibration}}))
+    return str(path)
+  none = {'groups': 0, 'expected_informative_share': None, 'informative_share': None}
+  a = write('a', {'unseen': {'groups': 30, 'expected_informative_share': 0.5,
+                             'informative_share': 0.2},
+                  'trained_since': {'groups': 10, 'expected_informative_share': 0.9,
+                                    'informative_share': 0.5},
+                  'untrained_since': none})
+  b = write('b', {'unseen': {'groups': 10, 'expected_informative_share': 0.1,
+                             'informative_share': 0.6},
+                  'trained_since': none, 'untrained_since': none})
+  old = write('old', None)
+  lines = diagnostics_lib.calibration_table({'sel': [a, b], 'dapo': [old]}).splitlines()
+  # unseen: 40 of 50 groups; expected (15 + 1) / 40 = 40%; informative (6 + 6) / 40 = 30%.
+  assert lines[-2:] == ['| sel | 2 | unseen | 40 (80.0%) | 40.0% | 30.0% |',
+                        '| sel | 2 | trained_since | 10 (20.0%) | 90.0% | 50.0% |']
+  assert diagnostics_lib.calibration_table({'dapo': [old]}) == ''
+
+
 def test_where_the_flops_go_on_hand_made_runs_and_old_runs_read_n_a(tmp_path):
   """Issue 53: wasted (all-equal) groups, pool never sampled, rounds per step and filled
   share, per run and as seed means in compare.json; runs from before the trainer kept pool
