@@ -159,12 +159,12 @@ def test_exploration_floor_bounds_every_prompts_wait():
 def test_pooled_prior_prices_unseen_prompts_from_the_seen_ones():
   alloc = make(num_queries=8)  # no difficulties given: 'auto' pools the whole pool
   st = alloc.state
-  st.succ[:4], st.fail[:4] = 4.0, 0.0  # four seen prompts, all solved
+  st.succ[:4] = st.prior_succ[:4] = 4.0  # four seen prompts, all solved (both count sets)
   a_Q, b_Q = alloc.posterior()
   mean_unseen = a_Q[7] / (a_Q[7] + b_Q[7])
   assert mean_unseen > 0.75  # an unseen prompt now looks mostly solved
   flat = make(num_queries=8, pooled_prior='none')
-  flat.state.succ[:4] = 4.0
+  flat.state.succ[:4] = flat.state.prior_succ[:4] = 4.0
   a_Q, b_Q = flat.posterior()
   assert (a_Q[7], b_Q[7]) == (0.5, 0.5)
 
@@ -172,13 +172,16 @@ def test_pooled_prior_prices_unseen_prompts_from_the_seen_ones():
 def test_auto_prior_is_per_difficulty_level_when_the_queries_have_one():
   levels = [1, 1, 1, 1, 2, 2, 2, 2]
   alloc = SelectAllocator(8, 16, SelectSettings(), strata=levels)
-  alloc.state.succ[:3] = 4.0  # level 1: three seen prompts, all solved
-  alloc.state.fail[4:7] = 4.0  # level 2: three seen prompts, all failed
+  st = alloc.state
+  st.succ[:3] = st.prior_succ[:3] = 4.0  # level 1: three seen prompts, all solved
+  st.fail[4:7] = st.prior_fail[4:7] = 4.0  # level 2: three seen prompts, all failed
   a_Q, b_Q = alloc.posterior()
   assert a_Q[3] / (a_Q[3] + b_Q[3]) > 0.75 > 0.25 > a_Q[7] / (a_Q[7] + b_Q[7])
   # Without levels, one prior for all: both unseen prompts start at the same place.
   pooled = SelectAllocator(8, 16, SelectSettings(), strata=[None] * 8)
-  pooled.state.succ[:3], pooled.state.fail[4:7] = 4.0, 4.0
+  st = pooled.state
+  st.succ[:3] = st.prior_succ[:3] = 4.0
+  st.fail[4:7] = st.prior_fail[4:7] = 4.0
   a_Q, b_Q = pooled.posterior()
   assert (a_Q[3], b_Q[3]) == (a_Q[7], b_Q[7])
 
@@ -219,6 +222,49 @@ def test_decayed_evidence_keeps_its_noise_for_the_pooled_prior():
   _, calls2 = run(alloc, kinds, 1)
   # Step 2 scales every weight by 0.5 first: the squares by 0.25, the counts by 0.5.
   assert alloc.state.weight_sq.sum() == pytest.approx(n1 / 4 + sum(n for _, n in calls2))
+
+
+def test_prior_forget_decays_only_the_counts_the_pooled_prior_reads():
+  kinds = [COIN] * 64  # every step trains (coin groups come back mixed): every step decays
+  same = make(forget=0.9)
+  run(same, kinds, 3)
+  # 0 (the default): one set of counts in effect, the prior reads what `forget` keeps.
+  for key in ('succ', 'fail', 'weight_sq'):
+    np.testing.assert_array_equal(getattr(same.state, 'prior_' + key),
+                                  getattr(same.state, key))
+  fast = make(forget=0.9, prior_forget=0.5)
+  calls = []
+  fn = fake_rollout(fast, kinds, calls)
+  rows = []
+  for _ in range(3):
+    before = len(calls)
+    fast.fill_batch(fn)
+    assert fast.state.last_batch_trained
+    rows.append(sum(n for _, n in calls[before:]))
+  n1, n2, n3 = rows
+  st = fast.state
+  # A prompt's own evidence keeps 0.9 a step; the prior's counts 0.5 (squares 0.25).
+  assert (st.succ + st.fail).sum() == pytest.approx(0.81 * n1 + 0.9 * n2 + n3)
+  assert (st.prior_succ + st.prior_fail).sum() == pytest.approx(0.25 * n1 + 0.5 * n2 + n3)
+  assert st.prior_weight_sq.sum() == pytest.approx(0.0625 * n1 + 0.25 * n2 + n3)
+  # The pooled prior reads the fast counts: zero them and it is the base prior again.
+  st.prior_succ[:], st.prior_fail[:] = 0.0, 0.0
+  a_Q, b_Q = fast.posterior()
+  np.testing.assert_allclose(a_Q - st.succ, 0.5)
+  np.testing.assert_allclose(b_Q - st.fail, 0.5)
+
+
+def test_a_checkpoint_without_prior_counts_resumes_with_one_set():
+  kinds = pool()
+  a = make(seed=3)
+  run(a, kinds, 3)
+  saved = json.loads(json.dumps(a.state_dict()))
+  for key in ('prior_succ', 'prior_fail', 'prior_weight_sq'):
+    del saved[key]  # written before prior_forget
+  b = make(seed=3)
+  b.load_state_dict(saved)
+  np.testing.assert_array_equal(b.state.prior_succ, a.state.succ)
+  np.testing.assert_array_equal(b.state.prior_weight_sq, a.state.weight_sq)
 
 
 def test_a_checkpoint_without_weight_sq_resumes_with_undecayed_noise():

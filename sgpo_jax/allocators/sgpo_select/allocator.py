@@ -10,7 +10,9 @@ whole pool (math in `selection.py`, the Beta posterior in `allocators/beta.py`):
    'auto' = per level when the queries have a difficulty, else one for the pool), so a
    prompt nobody has rolled out is priced at what the rolled-out prompts of its level have
    turned out to be (a mastered level: trivial; the frontier level: mixed), not at a flat
-   prior. The level carries most of what can be known before sampling: a prompt's own
+   prior. `prior_forget` (0: `forget`) decays the counts that prior reads on their own: the
+   calibration split found the level prior over-promising unseen prompts in paper_like, as
+   if it lagged a policy that moves a whole level (an option, tried on development seeds). The level carries most of what can be known before sampling: a prompt's own
    history goes stale fast, since a group that trained on it moves its p. The evidence
    decays by `forget` per training step: the policy moves, and a prompt unsolved 30 steps
    ago may not be now (a batch with no trained row takes no step: nothing decays).
@@ -96,6 +98,8 @@ class SelectSettings(AllocatorSettings):
   pooled_prior_strength: float = 1.0  # the base prior counts as this many seen prompts
   pooled_max_concentration: float = 8.0  # a pooled prior is worth at most this many samples
   forget: float = 0.9  # evidence kept per training step (1: never forget)
+  # Evidence kept per step for the pooled prior alone (0: `forget`, one set of counts).
+  prior_forget: float = 0.0
   signal_exponent: float = 1.0  # group value = P_inf * G**this (1: informative rows)
   explore_rows: int = 8  # rows per round for the prompts sampled longest ago (0: none)
   max_rounds: int = 4  # rollout rounds per batch, then padded (as DAPO)
@@ -122,6 +126,9 @@ class SelectSettings(AllocatorSettings):
     require(0.0 < self.forget <= 1.0,
             f'sgpo_select.forget={self.forget} must be in (0, 1] (evidence kept per step; '
             '1 = never forget), e.g. 0.9.')
+    require(self.prior_forget == 0.0 or 0.0 < self.prior_forget <= 1.0,
+            f'sgpo_select.prior_forget={self.prior_forget} must be 0 (the pooled prior reads '
+            'the evidence `forget` keeps) or in (0, 1] (its own decay per step), e.g. 0.5.')
     require(self.signal_exponent >= 0,
             f'sgpo_select.signal_exponent={self.signal_exponent} must be >= 0 (0: '
             'informative groups, 1: informative rows).')
@@ -160,6 +167,11 @@ class SelectState:
   # [Q] float64 sum of squared sample weights (each sample enters at 1 and decays with the
   # counts): the binomial noise of the decayed rate, for the pooled prior (beta.noise_factor).
   weight_sq: np.ndarray
+  # [Q] float64 the same three, decayed by `prior_forget` for the pooled prior (equal to the
+  # above when prior_forget is 0).
+  prior_succ: np.ndarray
+  prior_fail: np.ndarray
+  prior_weight_sq: np.ndarray
   last_step: np.ndarray  # [Q] int32 last step the prompt was rolled out (-1 = never)
   times_sampled: np.ndarray  # [Q] int32 groups rolled out
   last_trained: np.ndarray  # [Q] int32 last step a group of it was trained on (-1 = never)
@@ -208,6 +220,8 @@ class SelectAllocator(Allocator):
                                      .permutation(self.num_queries))
     q = self.num_queries
     self.state = SelectState(succ=np.zeros(q), fail=np.zeros(q), weight_sq=np.zeros(q),
+                             prior_succ=np.zeros(q), prior_fail=np.zeros(q),
+                             prior_weight_sq=np.zeros(q),
                              last_step=np.full(q, -1, np.int32),
                              times_sampled=np.zeros(q, np.int32),
                              last_trained=np.full(q, -1, np.int32))
@@ -226,10 +240,10 @@ class SelectAllocator(Allocator):
     st, cfg = self.state, self.settings
     if self.stratum_Q is None:
       return cfg.prior_alpha + st.succ, cfg.prior_beta + st.fail
-    a_S, b_S = beta_lib.pooled_prior(st.succ, st.fail, self.stratum_Q, cfg.prior_alpha,
-                                     cfg.prior_beta, cfg.pooled_prior_strength,
-                                     cfg.pooled_max_concentration,
-                                     beta_lib.noise_factor(st.succ + st.fail, st.weight_sq))
+    a_S, b_S = beta_lib.pooled_prior(
+        st.prior_succ, st.prior_fail, self.stratum_Q, cfg.prior_alpha, cfg.prior_beta,
+        cfg.pooled_prior_strength, cfg.pooled_max_concentration,
+        beta_lib.noise_factor(st.prior_succ + st.prior_fail, st.prior_weight_sq))
     return a_S[self.stratum_Q] + st.succ, b_S[self.stratum_Q] + st.fail
 
   def load_state_dict(self, state: dict) -> None:
@@ -238,6 +252,9 @@ class SelectAllocator(Allocator):
     if 'weight_sq' not in state and 'succ' in state:
       state = {**state, 'weight_sq': list(np.add(state['succ'], state['fail']))}
     state = {'last_batch_trained': True, **state}  # older: forgot after every step
+    for key in ('succ', 'fail', 'weight_sq'):  # older: one set of counts (prior_forget 0)
+      if key in state:
+        state.setdefault('prior_' + key, state[key])
     for key in ('calib_groups', 'calib_expected', 'calib_informative'):
       state.setdefault(key, [0] * len(CALIBRATION_KINDS))  # older: counted from the resume on
     super().load_state_dict(state)
@@ -300,9 +317,11 @@ class SelectAllocator(Allocator):
     valid = np.flatnonzero(layout.valid_R)
     q_R = layout.row_query_index_R[valid]
     success_R = np.clip(raw_R[valid], 0.0, 1.0)
-    np.add.at(st.succ, q_R, success_R)
-    np.add.at(st.fail, q_R, 1.0 - success_R)
-    np.add.at(st.weight_sq, q_R, 1.0)
+    for succ, fail, weight_sq in ((st.succ, st.fail, st.weight_sq),
+                                  (st.prior_succ, st.prior_fail, st.prior_weight_sq)):
+      np.add.at(succ, q_R, success_R)
+      np.add.at(fail, q_R, 1.0 - success_R)
+      np.add.at(weight_sq, q_R, 1.0)
     informative_P = np.zeros(plan.num_prompts, bool)
     for p in range(plan.num_prompts):
       r = raw_R[layout.group_id_R == p]
@@ -324,6 +343,9 @@ class SelectAllocator(Allocator):
     if st.steps > 0 and st.last_batch_trained:  # the policy moved by one step since then
       st.succ, st.fail = selection.forget(st.succ, st.fail, cfg.forget)
       st.weight_sq = beta_lib.decay_sq(st.weight_sq, cfg.forget)
+      prior_forget = cfg.prior_forget or cfg.forget
+      st.prior_succ, st.prior_fail = selection.forget(st.prior_succ, st.prior_fail, prior_forget)
+      st.prior_weight_sq = beta_lib.decay_sq(st.prior_weight_sq, prior_forget)
     builder = dynamic_sampling.RoundBatchBuilder(self.rows_per_batch, cfg.max_rounds)
     eligible_Q = np.ones(self.num_queries, bool)  # one group per prompt per step
     if cfg.train_cooldown:
