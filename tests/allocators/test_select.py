@@ -254,27 +254,27 @@ def test_prior_forget_decays_only_the_counts_the_pooled_prior_reads():
   np.testing.assert_allclose(b_Q - st.fail, 0.5)
 
 
-def test_a_checkpoint_without_prior_counts_resumes_with_one_set():
-  kinds = pool()
+def _resumed_without(*keys):
+  """(the allocator that ran 3 steps, one restored from its state less `keys`: a checkpoint
+  written before they were kept)."""
   a = make(seed=3)
-  run(a, kinds, 3)
+  run(a, pool(), 3)
   saved = json.loads(json.dumps(a.state_dict()))
-  for key in ('prior_succ', 'prior_fail', 'prior_weight_sq'):
-    del saved[key]  # written before prior_forget
+  for key in keys:
+    del saved[key]
   b = make(seed=3)
   b.load_state_dict(saved)
+  return a, b
+
+
+def test_a_checkpoint_without_prior_counts_resumes_with_one_set():
+  a, b = _resumed_without('prior_succ', 'prior_fail', 'prior_weight_sq')
   np.testing.assert_array_equal(b.state.prior_succ, a.state.succ)
   np.testing.assert_array_equal(b.state.prior_weight_sq, a.state.weight_sq)
 
 
 def test_a_checkpoint_without_weight_sq_resumes_with_undecayed_noise():
-  kinds = pool()
-  a = make(seed=3)
-  run(a, kinds, 3)
-  saved = json.loads(json.dumps(a.state_dict()))
-  del saved['weight_sq']  # written before it was kept
-  b = make(seed=3)
-  b.load_state_dict(saved)
+  a, b = _resumed_without('weight_sq')
   np.testing.assert_allclose(b.state.weight_sq, a.state.succ + a.state.fail)
 
 
@@ -321,17 +321,10 @@ def test_calibration_splits_groups_by_what_their_evidence_predates():
 
 
 def test_a_checkpoint_without_calibration_counts_resumes_counting_from_there():
-  kinds = pool()
-  a = make(seed=3)
-  run(a, kinds, 3)
-  saved = json.loads(json.dumps(a.state_dict()))
-  for key in ('calib_groups', 'calib_expected', 'calib_informative'):
-    del saved[key]  # written before they were kept
-  b = make(seed=3)
-  b.load_state_dict(saved)
+  _, b = _resumed_without('calib_groups', 'calib_expected', 'calib_informative')
   assert b.summary()['calibration']['unseen'] == {
       'groups': 0, 'expected_informative_share': None, 'informative_share': None}
-  run(b, kinds, 2)
+  run(b, pool(), 2)
   assert sum(v['groups'] for v in b.summary()['calibration'].values()) > 0
 
 
