@@ -12,7 +12,9 @@ whole pool (math in `selection.py`, the Beta posterior in `allocators/beta.py`):
    turned out to be (a mastered level: trivial; the frontier level: mixed), not at a flat
    prior. `prior_forget` (0: `forget`) decays the counts that prior reads on their own: the
    calibration split found the level prior over-promising unseen prompts in paper_like, as
-   if it lagged a policy that moves a whole level (an option, tried on development seeds). The level carries most of what can be known before sampling: a prompt's own
+   if it lagged a policy that moves a whole level. Tried on two development seeds (0.5): it
+   neither calibrated the unseen prompts nor saved FLOPs (studies/allocator_comparison/
+   select/README.md); off by default. The level carries most of what can be known before sampling: a prompt's own
    history goes stale fast, since a group that trained on it moves its p. The evidence
    decays by `forget` per training step: the policy moves, and a prompt unsolved 30 steps
    ago may not be now (a batch with no trained row takes no step: nothing decays).
