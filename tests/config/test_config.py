@@ -359,6 +359,7 @@ INTENDED_CHANGES = {
     'sgpo_select.train_cost_per_row': 0.0,
     'sgpo_select.fill_target': 1.0,  # issue 53, after the study: off (fill the batch)
     'sgpo_select.train_cooldown': 0,  # issue 53, after the study: off
+    'sgpo_select.prior_forget': 0.0,  # issue 53, after the study: off (the prior reads forget's)
 }
 
 
