@@ -265,8 +265,8 @@ def calibration_table(per_arm_dirs: dict[str, list[str]]) -> str:
                    f'{got:.1%} |')
   if not lines:
     return ''
-  return ('\n\n## The posterior\'s calibration\n\nGroups rolled out by what their prompt\'s evidence '
-          'predates (unseen: never rolled out; trained_since: trained on since its last '
+  return ('\n\n## The posterior\'s calibration\n\nGroups rolled out by what their prompt\'s '
+          'evidence predates (unseen: never rolled out; trained_since: trained on since its last '
           'rollout; untrained_since: neither), summed over seeds: the informative share the '
           'posterior expected (its mean, as planned) against the share that was.\n\n'
           '| arm | seeds | evidence | groups | expected informative | informative |\n'

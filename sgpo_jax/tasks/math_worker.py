@@ -5,9 +5,9 @@ A worker is `python -c 'worker_main(parse_timeout, verify_timeout)'` in its own 
 batch, `[[index, gold, answer], ...]`; the worker answers one line `index verdict soft` per
 item, in order (verdict 0/1; soft 1 when one of math-verify's soft timeouts fired during the
 check, so its verdict depended on the time bound), after a single `ready` line once
-math-verify is imported and warm. Stray
-library prints go to stderr so they cannot corrupt the protocol stream. `check_pair` is the
-check itself (also used in-process by `MathVerifier(num_workers=0)`).
+math-verify is imported and warm. Stray library prints go to stderr so they cannot corrupt
+the protocol stream. `check_pair` is the check itself (also used in-process by
+`MathVerifier(num_workers=0)`).
 
 Scheduling, batching and the watchdog that kills a silent worker live in
 `math_reward.MathVerifier`.
@@ -37,7 +37,7 @@ DEFAULT_FLOAT_ROUNDING = 6
 
 
 class SoftTimeoutCounter(logging.Handler):
-  """Counts math-verify's soft timeouts and drops every other record of its loggers.
+  """Counts math-verify's soft timeouts (it writes no record anywhere itself).
 
   math-verify catches its own `TimeoutException` and returns an empty parse or False, the
   same value as an unparseable or wrong answer; its only trace is a warning 'Timeout during

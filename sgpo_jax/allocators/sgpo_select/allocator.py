@@ -11,13 +11,14 @@ whole pool (math in `selection.py`, the Beta posterior in `allocators/beta.py`):
    prompt nobody has rolled out is priced at what the rolled-out prompts of its level have
    turned out to be (a mastered level: trivial; the frontier level: mixed), not at a flat
    prior. `prior_forget` (0: `forget`) decays the counts that prior reads on their own: the
-   calibration split found the level prior over-promising unseen prompts in paper_like, as
-   if it lagged a policy that moves a whole level. Tried on two development seeds (0.5): it
-   neither calibrated the unseen prompts nor saved FLOPs (studies/allocator_comparison/
-   select/README.md); off by default. The level carries most of what can be known before sampling: a prompt's own
-   history goes stale fast, since a group that trained on it moves its p. The evidence
-   decays by `forget` per training step: the policy moves, and a prompt unsolved 30 steps
-   ago may not be now (a batch with no trained row takes no step: nothing decays).
+   calibration split (below) found the level prior over-promising unseen prompts in
+   paper_like, as if it lagged a policy that moves a whole level. Tried on two development
+   seeds (0.5), it neither calibrated them nor saved FLOPs (studies/allocator_comparison/
+   README.md): off by default. The level carries most of what can be known before
+   sampling: a prompt's own history goes stale fast, since a group that trained on it moves
+   its p. The evidence decays by `forget` per training step: the policy moves, and a prompt
+   unsolved 30 steps ago may not be now (a batch with no trained row takes no step: nothing
+   decays).
 2. Value of a group of G rollouts of prompt q: 1 - p^G - (1-p)^G (the chance it is not
    all-equal) at a Thompson draw p ~ Beta(a_q, b_q), times G**signal_exponent (1: expected
    informative rows, the unit a batch is filled in; 0: informative groups). A round's R
@@ -54,10 +55,10 @@ rounds per step, and the posterior's calibration by what its evidence predates
 since their last rollout (a step moved their p after the evidence was taken), and of the
 others, the informative share the posterior expected (its mean, as planned) and the share
 that came back informative. In the pre-registered studies the rule's groups came back
-all-equal far more often than it expected (82.8% against 66.3% in paper_like); the split
-says whether stale evidence on just-trained prompts or selection on noisy estimates (a gap
-in every kind) carries it. Resume is exact: the state round-trips through `state_dict()` and every
-draw comes from a stream keyed by (seed, step, round).
+all-equal far more often than it expected (82.8% against 66.3% in paper_like); on
+development seeds the gap sat mostly in prompts not trained on since their evidence, and in
+unseen ones too, not in just-trained ones. Resume is exact: the state round-trips through
+`state_dict()` and every draw comes from a stream keyed by (seed, step, round).
 """
 
 from __future__ import annotations
