@@ -1,7 +1,7 @@
 """The RL loop's progress bar: it counts what ends the run.
 
 A run ends at `train.num_steps` or, with `train.flops_budget` > 0, once its cumulative FLOPs
-(profiling and evals included, as the stop rule counts them) reach the budget. The budgeted
+(profiling included, held-out evals left out, as the stop rule counts them) reach the budget. The budgeted
 regimes leave num_steps as a cap far above what the budget allows (100000), so a bar over
 steps read 4/100000 with an ETA of weeks for a run that ends within the hour. With a budget
 the bar counts the share of the run done, the larger of the step share and the budget share

@@ -43,8 +43,10 @@ class SoftTimeoutCounter(logging.Handler):
   same value as an unparseable or wrong answer; its only trace is a warning 'Timeout during
   parsing' / 'Timeout during comparison' (math_verify.parser, math_verify.grader; pinned in
   requirements.txt, the message checked by tests/tasks/test_math_verify.py). Installed on the
-  'math_verify' logger; in a worker (`silence=True`) that logger then neither prints nor
-  propagates, so no library record reaches the protocol stream's neighbour, stderr.
+  'math_verify' logger. In a worker (`silence=True`) that logger is set to WARNING and
+  neither prints nor propagates, so no library record reaches stderr. In process
+  (`MathVerifier(num_workers=0)`, for debugging) the user's logging is left as it is: the
+  counter sees the timeouts only while that logger is enabled for WARNING (the default).
   """
 
   def __init__(self):
@@ -59,10 +61,9 @@ class SoftTimeoutCounter(logging.Handler):
   def install(cls, silence: bool = False) -> SoftTimeoutCounter:
     """The counter on the 'math_verify' logger (the same one on a second call)."""
     logger = logging.getLogger('math_verify')
-    if silence:
-      logger.propagate = False
-    if not logger.isEnabledFor(logging.WARNING):
+    if silence:  # a worker process: its logging is ours
       logger.setLevel(logging.WARNING)  # the counter must see the timeout warnings
+      logger.propagate = False
     for handler in logger.handlers:
       if isinstance(handler, cls):
         return handler
@@ -105,7 +106,8 @@ def check_pair(gold: str, answer: str, gold_cache: dict, parse_timeout: int | No
 
 
 def worker_main(parse_timeout: int, verify_timeout: int) -> None:
-  """Worker loop: reads JSON batches on stdin, writes 'index verdict' lines, one per item."""
+  """Worker loop: reads JSON batches on stdin, writes 'index verdict soft' lines, one per
+  item."""
   protocol_out = os.fdopen(os.dup(1), 'w', buffering=1)
   os.dup2(2, 1)  # Stray prints from libraries must not corrupt the protocol stream.
   logging.getLogger('latex2sympy2_extended').setLevel(logging.CRITICAL)

@@ -257,7 +257,7 @@ class SelectAllocator(Allocator):
     state = {'last_batch_trained': True, **state}  # older: forgot after every step
     for key in ('succ', 'fail', 'weight_sq'):  # older: one set of counts (prior_forget 0)
       if key in state:
-        state.setdefault('prior_' + key, state[key])
+        state.setdefault('prior_' + key, np.array(state[key], np.float64))  # a copy
     for key in ('calib_groups', 'calib_expected', 'calib_informative'):
       state.setdefault(key, [0] * len(CALIBRATION_KINDS))  # older: counted from the resume on
     super().load_state_dict(state)
