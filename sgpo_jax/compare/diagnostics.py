@@ -257,10 +257,9 @@ def calibration_table(per_arm_dirs: dict[str, list[str]]) -> str:
       n = sum(b[kind]['groups'] for b in blocks)
       if not n:
         continue
-      exp = sum(b[kind]['expected_informative_share'] * b[kind]['groups'] for b in blocks
-                if b[kind]['groups']) / n
-      got = sum(b[kind]['informative_share'] * b[kind]['groups'] for b in blocks
-                if b[kind]['groups']) / n
+      # Shares weighted by each seed's groups (a seed without any has None shares).
+      exp, got = (sum(b[kind][share] * b[kind]['groups'] for b in blocks if b[kind]['groups'])
+                  / n for share in ('expected_informative_share', 'informative_share'))
       lines.append(f'| {arm} | {len(blocks)} | {kind} | {n} ({n / total:.1%}) | {exp:.1%} | '
                    f'{got:.1%} |')
   if not lines:
